@@ -1,0 +1,89 @@
+//! The entry point: parse, resolve, run, and map every outcome to an exit status in one place.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use clap::error::ErrorKind;
+
+use crate::cli::Cli;
+use crate::config::Invocation;
+use crate::exit::{self, Error};
+use crate::{holding, inspect, report};
+
+/// Runs lockrun with the process's arguments and returns its exit status.
+pub fn main() -> ExitCode {
+    std::panic::set_hook(Box::new(|info| {
+        eprintln!("lockrun: internal error: {info}");
+        std::process::exit(exit::INTERNAL.into());
+    }));
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return ExitCode::from(clap_error(&e)),
+    };
+    report::set_level(cli.quiet, cli.verbose);
+    match Invocation::resolve(cli).and_then(execute) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            if !e.is_quiet_skip() {
+                crate::error!("{e}");
+            }
+            ExitCode::from(e.code())
+        }
+    }
+}
+
+fn execute(invocation: Invocation) -> Result<u8, Error> {
+    // One thread: the command is spawned from it, so its parent-death signal is tied to lockrun's
+    // whole life rather than to a worker thread that may exit.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::internal(format!("cannot start the runtime: {e}")))?;
+    runtime.block_on(async move {
+        match invocation {
+            Invocation::Run(config) => holding::run(config).await,
+            Invocation::Status {
+                backend,
+                name,
+                json,
+            } => inspect::status(&backend, &name, json).await,
+            Invocation::List {
+                backend,
+                prefix,
+                json,
+            } => inspect::list(&backend, &prefix, json).await,
+            Invocation::Release { backend, name } => inspect::force_release(&backend, &name).await,
+        }
+    })
+}
+
+/// Help and version go to stdout with status 0; every parse error is one line and status 64.
+fn clap_error(e: &clap::Error) -> u8 {
+    match e.kind() {
+        ErrorKind::DisplayHelp
+        | ErrorKind::DisplayVersion
+        | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = e.print();
+            0
+        }
+        _ => {
+            report::say(
+                report::QUIET,
+                format_args!("{}", one_line(&e.render().to_string())),
+            );
+            exit::USAGE
+        }
+    }
+}
+
+/// clap's message without the `error:` label, the usage block and the `--help` hint, on one line.
+fn one_line(rendered: &str) -> String {
+    let body: Vec<&str> = rendered
+        .lines()
+        .take_while(|line| !line.trim().is_empty())
+        .map(str::trim)
+        .collect();
+    let text = body.join(" ");
+    let text = text.strip_prefix("error: ").unwrap_or(&text);
+    format!("{text} (see lockrun --help)")
+}

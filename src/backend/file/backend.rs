@@ -1,0 +1,313 @@
+//! [`FileBackend`]: acquire by `flock` on a slot file, wait woken by inotify when a holder closes
+//! its lock file, and read `status` from the kernel's lock table plus the holders' records.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fs::{File, TryLockError};
+use std::io;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use nix::errno::Errno;
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+use tokio::io::unix::AsyncFd;
+
+use crate::pollable::Pollable;
+
+use super::lease::{FileLease, HolderRecord};
+use super::proc_locks::LockTable;
+use super::state_dir::StateDir;
+use super::{fence, paths};
+use crate::backend::{
+    AcquireRequest, Backend, BackendError, Grant, HolderStatus, Lease, LockStatus,
+};
+use crate::clock::{BootInstant, BootTimer};
+use crate::name::LockName;
+use crate::report::io_reason;
+
+/// How often a waiter re-checks the locks without being woken, in case a lock was released by a
+/// process that had its file open read-only (which inotify does not report as a write close).
+const SAFETY_RECHECK: Duration = Duration::from_secs(1);
+
+/// The `file://` backend.
+pub struct FileBackend {
+    dir: Arc<StateDir>,
+}
+
+impl FileBackend {
+    /// Opens (creating if needed) the state directory at `path`.
+    pub fn open(path: &Path) -> Result<Self, BackendError> {
+        Ok(FileBackend {
+            dir: Arc::new(StateDir::open(path)?),
+        })
+    }
+
+    fn failed(&self, e: &io::Error) -> BackendError {
+        BackendError::Failed {
+            endpoint: self.describe(),
+            reason: io_reason(e),
+        }
+    }
+
+    /// Issues the token and records the holder on a slot this process has just locked.
+    fn hold(
+        &self,
+        request: &AcquireRequest,
+        slot: u32,
+        file: File,
+        sent_at: BootInstant,
+    ) -> io::Result<FileLease> {
+        let token = fence::next_token(&self.dir, &paths::fence_file(&request.name))?;
+        let grant = Grant {
+            token,
+            slot,
+            ttl: None,
+            sent_at,
+        };
+        let record = HolderRecord {
+            token,
+            slot,
+            limit: request.limit,
+            ttl_ms: request.ttl.as_millis().try_into().unwrap_or(u64::MAX),
+            holder: request.holder.stamped(),
+        };
+        FileLease::hold(
+            Arc::clone(&self.dir),
+            paths::slot_file(&request.name, slot),
+            file,
+            grant,
+            &record,
+        )
+    }
+
+    /// Every held slot in the directory, by name: (holder, the limit its holder declared).
+    fn held_slots(&self) -> io::Result<BTreeMap<LockName, Vec<(HolderStatus, u32)>>> {
+        let table = LockTable::read()?;
+        let mut held: BTreeMap<LockName, Vec<(HolderStatus, u32)>> = BTreeMap::new();
+        for file_name in self.dir.file_names()? {
+            let Some((name, slot)) = paths::parse_slot_file(&file_name) else {
+                continue;
+            };
+            if let Some(holder) = self.slot_holder(&table, &file_name, slot)? {
+                held.entry(name).or_default().push(holder);
+            }
+        }
+        for holders in held.values_mut() {
+            holders.sort_by_key(|(h, _)| h.slot);
+        }
+        Ok(held)
+    }
+
+    fn slot_holder(
+        &self,
+        table: &LockTable,
+        file_name: &str,
+        slot: u32,
+    ) -> io::Result<Option<(HolderStatus, u32)>> {
+        let Some(id) = self.dir.file_id(file_name)? else {
+            return Ok(None);
+        };
+        let Some(pid) = table.exclusive_holder(id) else {
+            return Ok(None);
+        };
+        let Some(file) = self.dir.open_existing(file_name)? else {
+            return Ok(None);
+        };
+        // A holder writes its record just after locking; give a brand-new one a moment.
+        for attempt in 0..3 {
+            if let Some(record) = HolderRecord::read(&file)
+                && (pid == 0 || record.holder.pid == pid)
+            {
+                let ttl = Duration::from_millis(record.ttl_ms);
+                return Ok(Some((
+                    HolderStatus::new(record.holder, record.token, slot, ttl),
+                    record.limit,
+                )));
+            }
+            if attempt < 2 {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        // Locked by something that wrote no record of ours (an outside `flock`, or a holder that
+        // has not written it yet): report what the kernel knows.
+        let unknown = HolderStatus {
+            token: 0,
+            pid,
+            host: String::new(),
+            user: String::new(),
+            note: None,
+            acquired_at: String::new(),
+            expires_in_ms: 0,
+            slot,
+        };
+        Ok(Some((unknown, 1)))
+    }
+
+    fn waiters(&self, name: &LockName, table: &LockTable) -> io::Result<u32> {
+        let id = self.dir.file_id(&paths::wait_file(name))?;
+        Ok(id.map_or(0, |id| table.shared_count(id)))
+    }
+
+    fn to_status(name: &LockName, holders: Vec<(HolderStatus, u32)>, waiters: u32) -> LockStatus {
+        let limit = holders.iter().map(|(_, limit)| *limit).max().unwrap_or(1);
+        LockStatus {
+            name: name.to_string(),
+            held: !holders.is_empty(),
+            limit,
+            waiters,
+            holders: holders.into_iter().map(|(h, _)| h).collect(),
+        }
+    }
+}
+
+#[async_trait]
+impl Backend for FileBackend {
+    fn describe(&self) -> String {
+        format!("file://{}", self.dir.path().display())
+    }
+
+    async fn acquire(
+        &self,
+        request: &AcquireRequest,
+    ) -> Result<Option<Box<dyn Lease>>, BackendError> {
+        let slot_names: Vec<String> = (0..request.limit)
+            .map(|k| paths::slot_file(&request.name, k))
+            .collect();
+        let slots = slot_names
+            .iter()
+            .map(|file_name| self.dir.open_rw(file_name))
+            .collect::<io::Result<Vec<File>>>()
+            .map_err(|e| self.failed(&e))?;
+        let mut waiting: Option<(Waiting, BootTimer)> = None;
+        loop {
+            let sent_at = BootInstant::now();
+            if let Some(slot) = try_lock_any(&slots).map_err(|e| self.failed(&e))? {
+                drop(waiting);
+                let file = slots.into_iter().nth(slot).expect("slot index is in range");
+                let lease = self
+                    .hold(request, slot as u32, file, sent_at)
+                    .map_err(|e| self.failed(&e))?;
+                return Ok(Some(Box::new(lease)));
+            }
+            if request.deadline.is_some_and(|d| d <= BootInstant::now()) {
+                return Ok(None);
+            }
+            match waiting.as_mut() {
+                // Watch first, then try again: a release between the first try and the watch
+                // would otherwise go unnoticed until the safety re-check.
+                None => {
+                    let started = Waiting::start(&self.dir, &request.name, &slot_names)
+                        .and_then(|w| Ok((w, BootTimer::new()?)))
+                        .map_err(|e| self.failed(&e))?;
+                    waiting = Some(started);
+                }
+                Some((waiting, timer)) => {
+                    let recheck = BootInstant::now() + SAFETY_RECHECK;
+                    let wake_at = request.deadline.map_or(recheck, |d| d.min(recheck));
+                    tokio::select! {
+                        woken = waiting.released() => woken.map_err(|e| self.failed(&e))?,
+                        slept = timer.sleep_until(Some(wake_at)) => slept.map_err(|e| self.failed(&e))?,
+                    }
+                }
+            }
+        }
+    }
+
+    async fn status(&self, name: &LockName) -> Result<LockStatus, BackendError> {
+        let mut held = self.held_slots().map_err(|e| self.failed(&e))?;
+        let table = LockTable::read().map_err(|e| self.failed(&e))?;
+        let waiters = self.waiters(name, &table).map_err(|e| self.failed(&e))?;
+        Ok(Self::to_status(
+            name,
+            held.remove(name).unwrap_or_default(),
+            waiters,
+        ))
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<LockStatus>, BackendError> {
+        let held = self.held_slots().map_err(|e| self.failed(&e))?;
+        let table = LockTable::read().map_err(|e| self.failed(&e))?;
+        let mut list = Vec::new();
+        for (name, holders) in held {
+            if name.as_str().starts_with(prefix) {
+                let waiters = self.waiters(&name, &table).map_err(|e| self.failed(&e))?;
+                list.push(Self::to_status(&name, holders, waiters));
+            }
+        }
+        Ok(list)
+    }
+
+    async fn force_release(&self, name: &LockName) -> Result<usize, BackendError> {
+        let status = self.status(name).await?;
+        if status.holders.is_empty() {
+            return Ok(0);
+        }
+        let pids: Vec<String> = status.holders.iter().map(|h| h.pid.to_string()).collect();
+        Err(BackendError::Unsupported(format!(
+            "cannot force-release {name:?} on {}: the kernel lock is held by pid {}, and only that process can drop it (it is released the moment the process exits: kill {})",
+            self.describe(),
+            pids.join(", pid "),
+            pids.join(" ")
+        )))
+    }
+}
+
+/// Tries every slot once without blocking; the index of the one now locked, if any.
+fn try_lock_any(slots: &[File]) -> io::Result<Option<usize>> {
+    for (index, file) in slots.iter().enumerate() {
+        match file.try_lock() {
+            Ok(()) => return Ok(Some(index)),
+            Err(TryLockError::WouldBlock) => continue,
+            Err(TryLockError::Error(e)) => return Err(e),
+        }
+    }
+    Ok(None)
+}
+
+/// A waiter's registration (a shared lock on the name's wait file, counted by `status`) and its
+/// wake-up source: inotify reports every close of a file opened for writing in the directory, and a
+/// holder's lock is released exactly when its lock file is closed for the last time.
+struct Waiting {
+    _registration: File,
+    inotify: AsyncFd<Pollable<Inotify>>,
+    slot_names: HashSet<String>,
+}
+
+impl Waiting {
+    fn start(dir: &StateDir, name: &LockName, slot_names: &[String]) -> io::Result<Self> {
+        let registration = dir.open_rw(&paths::wait_file(name))?;
+        registration.lock_shared()?;
+        let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)?;
+        inotify.add_watch(dir.path(), AddWatchFlags::IN_CLOSE_WRITE)?;
+        Ok(Waiting {
+            _registration: registration,
+            inotify: crate::pollable::register(inotify)?,
+            slot_names: slot_names.iter().cloned().collect(),
+        })
+    }
+
+    /// Returns once one of our slot files has been closed by a writer (or events were lost).
+    async fn released(&mut self) -> io::Result<()> {
+        loop {
+            let mut guard = self.inotify.readable().await?;
+            match guard.get_inner().inner().read_events() {
+                Ok(events) => {
+                    let ours = events.iter().any(|event| {
+                        event.mask.contains(AddWatchFlags::IN_Q_OVERFLOW)
+                            || event
+                                .name
+                                .as_ref()
+                                .and_then(|n| n.to_str())
+                                .is_some_and(|n| self.slot_names.contains(n))
+                    });
+                    if ours {
+                        return Ok(());
+                    }
+                }
+                Err(Errno::EAGAIN) => guard.clear_ready(),
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+}

@@ -1,0 +1,177 @@
+//! The command line as clap sees it: flags, their help text, their environment variables.
+//!
+//! Nothing here touches the world or judges values beyond their type: durations, names and URLs
+//! stay strings until `config` resolves them, so that every bad value gets the same one-line,
+//! exit-64 treatment. These doc comments are the manual: `man/lockrun.1` and the shell completions
+//! are generated from this definition.
+
+use std::ffi::OsString;
+
+use clap::{ArgAction, Args, CommandFactory, Parser, Subcommand};
+
+const AFTER_HELP: &str = "\
+Exit status: the command's own; 128+N if it was killed by signal N; 64 usage error; 69 backend
+unreachable; 70 internal error; 75 lock busy (see --busy-exit-code); 76 lease lost while the command
+ran (it was stopped); 126 command not executable; 127 command not found.
+
+The command gets FENCING_TOKEN (see --token-env), a number that strictly increases with every
+acquisition of NAME: pass it to the storage you write so it can reject a stale holder.";
+
+/// Run a command while holding a named lease, with a fencing token.
+///
+/// lockrun acquires the lease NAME on a backend, starts COMMAND (directly, no shell) with a fencing
+/// token in $FENCING_TOKEN, renews the lease while the command runs, and stops the command and exits
+/// 76 if the lease cannot be kept.
+#[derive(Debug, Parser)]
+#[command(
+    name = "lockrun",
+    version,
+    after_help = AFTER_HELP,
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true,
+    override_usage = "lockrun [OPTIONS] --name <NAME> -- <COMMAND> [ARG]...\n       lockrun <SUBCOMMAND> ..."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub subcommand: Option<Command>,
+
+    #[command(flatten)]
+    pub run: RunArgs,
+
+    /// Backend URL: file:///DIR (one host, no server), redis://[USER:PASS@]HOST[:PORT][/DB],
+    /// rediss://… (TLS), etcd://HOST:PORT[,HOST:PORT…], postgres://… or postgresql://…
+    ///
+    /// Default: file:// with a per-user state directory that survives reboots (/var/lib/lockrun for
+    /// root, else $XDG_STATE_HOME/lockrun or ~/.local/state/lockrun). Passwords in the URL are never
+    /// printed.
+    #[arg(
+        short,
+        long,
+        env = "LOCKRUN_BACKEND",
+        value_name = "URL",
+        global = true,
+        hide_env_values = true
+    )]
+    pub backend: Option<String>,
+
+    /// Print only errors.
+    #[arg(
+        short,
+        long,
+        env = "LOCKRUN_QUIET",
+        global = true,
+        conflicts_with = "verbose"
+    )]
+    pub quiet: bool,
+
+    /// Print more: acquisition, token, renewals (repeat for more).
+    #[arg(short, long, env = "LOCKRUN_VERBOSE", global = true, action = ArgAction::Count)]
+    pub verbose: u8,
+}
+
+/// Options of the run form: `lockrun [OPTIONS] --name NAME -- COMMAND [ARG]...`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Lease name: 1–200 bytes of A-Z a-z 0-9 . _ : - in segments joined by single /.
+    #[arg(long, env = "LOCKRUN_NAME", value_name = "NAME", required = true)]
+    pub name: Option<String>,
+
+    /// Lease length, e.g. 500ms, 15s, 2m. A backend may raise it to its minimum; the command is told
+    /// the granted value in $LOCKRUN_TTL_MS.
+    #[arg(
+        long,
+        env = "LOCKRUN_TTL",
+        value_name = "DURATION",
+        default_value = "15s"
+    )]
+    pub ttl: String,
+
+    /// Renewal interval; must be shorter than the TTL. Default: a third of the TTL.
+    #[arg(long, env = "LOCKRUN_RENEW", value_name = "DURATION")]
+    pub renew: Option<String>,
+
+    /// Give up waiting for the lock after this long and exit 75 (see --busy-exit-code).
+    /// Default: wait forever.
+    #[arg(
+        long,
+        env = "LOCKRUN_WAIT",
+        value_name = "DURATION",
+        conflicts_with = "no_wait"
+    )]
+    pub wait: Option<String>,
+
+    /// Try once and exit 75 if the lock is busy (same as --wait 0).
+    #[arg(long, env = "LOCKRUN_NO_WAIT")]
+    pub no_wait: bool,
+
+    /// Exit status when the lock was not acquired; 0 skips quietly, for cron.
+    #[arg(long, env = "LOCKRUN_BUSY_EXIT_CODE", value_name = "N", default_value_t = crate::exit::BUSY)]
+    pub busy_exit_code: u8,
+
+    /// Semaphore: up to N holders at once, each with its own slot and token. All users of NAME must
+    /// pass the same N.
+    #[arg(long, env = "LOCKRUN_LIMIT", value_name = "N", default_value = "1")]
+    pub limit: String,
+
+    /// Environment variable that carries the fencing token to the command.
+    #[arg(
+        long,
+        env = "LOCKRUN_TOKEN_ENV",
+        value_name = "VAR",
+        default_value = "FENCING_TOKEN"
+    )]
+    pub token_env: String,
+
+    /// Grace between SIGTERM and SIGKILL when the lease is lost. Default: a quarter of the TTL, at
+    /// most 10s. TERM is sent early enough that TERM, the grace and KILL all land before the lease
+    /// could expire on the backend.
+    #[arg(long, env = "LOCKRUN_KILL_AFTER", value_name = "DURATION")]
+    pub kill_after: Option<String>,
+
+    /// Free text stored with the holder and shown by `status` (a CI job URL, a ticket).
+    #[arg(long, env = "LOCKRUN_NOTE", value_name = "TEXT")]
+    pub note: Option<String>,
+
+    /// The command to run, with its arguments, after `--`. Executed directly, not by a shell.
+    #[arg(
+        value_name = "COMMAND",
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        required = true
+    )]
+    pub command: Vec<OsString>,
+}
+
+/// The inspection and break-glass subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Show who holds NAME, since when, its token, the lease left and the waiters.
+    Status {
+        /// The lease name.
+        name: String,
+        /// Print JSON: {"name", "held", "limit", "waiters", "holders": [...]}.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the names currently held.
+    List {
+        /// Only names that start with PREFIX.
+        prefix: Option<String>,
+        /// Print a JSON array of status objects.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Break-glass: drop NAME's holder(s) on a networked backend; each loses its lease and stops.
+    Release {
+        /// The lease name.
+        name: String,
+        /// Required: confirms that you mean to break another process's lease.
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+/// The clap command, for generating completions and the man page.
+pub fn command() -> clap::Command {
+    Cli::command()
+}

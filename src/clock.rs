@@ -1,0 +1,108 @@
+//! The lease clock: `CLOCK_BOOTTIME` readings and sleeps.
+//!
+//! Every lease deadline in lockrun is a [`BootInstant`]. `CLOCK_BOOTTIME` is monotonic (a wall-clock
+//! step never moves it) and, unlike `CLOCK_MONOTONIC` and therefore `std::time::Instant`, it keeps
+//! counting while the machine is suspended — a lease on a server certainly does. Sleeps go through a
+//! `timerfd` armed on the same clock with an absolute deadline, so a laptop that wakes from suspend,
+//! or a lockrun resumed after SIGSTOP, wakes at once when the deadline has already passed.
+
+use std::io;
+use std::ops::{Add, Sub};
+use std::time::Duration;
+
+use nix::sys::time::TimeSpec;
+use nix::sys::timerfd::{
+    ClockId as TimerClock, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags,
+};
+use nix::time::{ClockId, clock_gettime};
+use tokio::io::unix::AsyncFd;
+
+use crate::pollable::Pollable;
+
+/// A point on `CLOCK_BOOTTIME`, as time since boot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct BootInstant(Duration);
+
+impl BootInstant {
+    /// Reads the clock.
+    pub fn now() -> Self {
+        // CLOCK_BOOTTIME exists on every Linux since 2.6.39; failure would be a broken kernel.
+        let spec = clock_gettime(ClockId::CLOCK_BOOTTIME).expect("CLOCK_BOOTTIME is readable");
+        BootInstant(Duration::new(spec.tv_sec() as u64, spec.tv_nsec() as u32))
+    }
+
+    /// Time from `earlier` to `self`, zero if `earlier` is later.
+    pub fn saturating_since(self, earlier: BootInstant) -> Duration {
+        self.0.saturating_sub(earlier.0)
+    }
+
+    /// Time left until `self`, zero if it has passed.
+    pub fn remaining(self) -> Duration {
+        self.saturating_since(BootInstant::now())
+    }
+
+    /// `self - d`, clamped at boot.
+    pub fn saturating_sub(self, d: Duration) -> Self {
+        BootInstant(self.0.saturating_sub(d))
+    }
+
+    fn as_timespec(self) -> TimeSpec {
+        TimeSpec::from_duration(self.0)
+    }
+}
+
+impl Add<Duration> for BootInstant {
+    type Output = BootInstant;
+    fn add(self, d: Duration) -> BootInstant {
+        BootInstant(self.0.saturating_add(d))
+    }
+}
+
+impl Sub<BootInstant> for BootInstant {
+    type Output = Duration;
+    fn sub(self, earlier: BootInstant) -> Duration {
+        self.saturating_since(earlier)
+    }
+}
+
+/// A reusable timer on `CLOCK_BOOTTIME`, awaited from the tokio loop.
+pub struct BootTimer {
+    fd: AsyncFd<Pollable<TimerFd>>,
+}
+
+impl BootTimer {
+    /// Creates a disarmed timer. Needs a running tokio reactor.
+    pub fn new() -> io::Result<Self> {
+        let fd = TimerFd::new(
+            TimerClock::CLOCK_BOOTTIME,
+            TimerFlags::TFD_NONBLOCK | TimerFlags::TFD_CLOEXEC,
+        )?;
+        Ok(BootTimer {
+            fd: crate::pollable::register(fd)?,
+        })
+    }
+
+    /// Sleeps until `deadline`; `None` sleeps forever. Returns at once for a deadline in the past.
+    pub async fn sleep_until(&mut self, deadline: Option<BootInstant>) -> io::Result<()> {
+        let Some(deadline) = deadline else {
+            return std::future::pending().await;
+        };
+        if deadline <= BootInstant::now() {
+            return Ok(());
+        }
+        // An absolute zero would disarm the timer; the check above keeps the deadline positive.
+        self.fd.get_ref().inner().set(
+            Expiration::OneShot(deadline.as_timespec()),
+            TimerSetTimeFlags::TFD_TIMER_ABSTIME,
+        )?;
+        loop {
+            let mut guard = self.fd.readable().await?;
+            let mut expirations = [0u8; 8];
+            match nix::unistd::read(guard.get_inner().inner(), &mut expirations) {
+                Ok(_) => return Ok(()),
+                Err(nix::errno::Errno::EAGAIN) => guard.clear_ready(),
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+}

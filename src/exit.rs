@@ -1,0 +1,93 @@
+//! Exit statuses and the error type that maps onto them — the one place that knows the table.
+//!
+//! Every failure in lockrun becomes an [`Error`] whose variant decides the exit status, so `main`
+//! only prints `lockrun: {error}` and exits with [`Error::code`]. The numbers follow `sysexits.h`
+//! where one fits, and the shell's conventions (126, 127, 128+N) for the command itself.
+
+use std::fmt;
+
+/// A usage error: bad option, name, duration, URL, or a missing command. Nothing ran.
+pub const USAGE: u8 = 64;
+/// The backend is unreachable or failing before the lock was taken. Nothing ran.
+pub const UNAVAILABLE: u8 = 69;
+/// An internal error: a bug, or the operating system refused something it should not.
+pub const INTERNAL: u8 = 70;
+/// The lock was not acquired: busy with `--no-wait`, or `--wait` ran out (see `--busy-exit-code`).
+pub const BUSY: u8 = 75;
+/// The lease was lost while the command ran; the command was stopped.
+pub const LEASE_LOST: u8 = 76;
+/// The command exists but could not be executed.
+pub const NOT_EXECUTABLE: u8 = 126;
+/// The command was not found.
+pub const NOT_FOUND: u8 = 127;
+/// Added to a signal number when the command was killed by that signal.
+pub const SIGNAL_BASE: u8 = 128;
+
+/// Everything that can end a lockrun invocation early, each kind with its exit status.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Bad input, reported before anything ran.
+    #[error("{0}")]
+    Usage(String),
+    /// The backend could not be used before the lock was taken.
+    #[error(transparent)]
+    Backend(#[from] crate::backend::BackendError),
+    /// The lock was busy; carries the status chosen by `--busy-exit-code`.
+    #[error("{message}")]
+    Busy { message: String, code: u8 },
+    /// The lease was lost while the command ran.
+    #[error("{0}")]
+    LeaseLost(String),
+    /// The command could not be started.
+    #[error("{message}")]
+    Spawn { message: String, code: u8 },
+    /// A signal ended lockrun before the command started.
+    #[error("interrupted by {signal} {during}")]
+    Interrupted {
+        signal: nix::sys::signal::Signal,
+        during: String,
+    },
+    /// A failure that should not happen: the message names what failed.
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl Error {
+    /// The process exit status for this error.
+    pub fn code(&self) -> u8 {
+        match self {
+            Error::Usage(_) => USAGE,
+            Error::Backend(_) => UNAVAILABLE,
+            Error::Busy { code, .. } => *code,
+            Error::LeaseLost(_) => LEASE_LOST,
+            Error::Spawn { code, .. } => *code,
+            Error::Interrupted { signal, .. } => SIGNAL_BASE.wrapping_add(*signal as u8),
+            Error::Internal(_) => INTERNAL,
+        }
+    }
+
+    /// Whether the message is worth printing: a busy exit mapped to 0 is a quiet skip.
+    pub fn is_quiet_skip(&self) -> bool {
+        matches!(self, Error::Busy { code: 0, .. })
+    }
+
+    /// A usage error from anything printable.
+    pub fn usage(message: impl fmt::Display) -> Self {
+        Error::Usage(message.to_string())
+    }
+
+    /// An internal error from anything printable.
+    pub fn internal(message: impl fmt::Display) -> Self {
+        Error::Internal(message.to_string())
+    }
+}
+
+/// How the command ended, as the status lockrun passes on.
+pub fn from_wait_status(status: std::process::ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => code as u8,
+        (None, Some(signal)) => SIGNAL_BASE.wrapping_add(signal as u8),
+        (None, None) => INTERNAL,
+    }
+}

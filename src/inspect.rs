@@ -1,0 +1,89 @@
+//! `status`, `list` and `release --force`: reading and breaking leases from the outside.
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::time::Duration;
+
+use crate::backend::{BackendSpec, LockStatus};
+use crate::exit::Error;
+use crate::name::LockName;
+
+/// Prints who holds `name`.
+pub async fn status(spec: &BackendSpec, name: &LockName, json: bool) -> Result<u8, Error> {
+    let backend = spec.open().await?;
+    let status = backend.status(name).await?;
+    let text = if json {
+        to_json(&status)?
+    } else {
+        describe(&status)
+    };
+    print(&text)
+}
+
+/// Prints the held names that start with `prefix`.
+pub async fn list(spec: &BackendSpec, prefix: &str, json: bool) -> Result<u8, Error> {
+    let backend = spec.open().await?;
+    let held = backend.list(prefix).await?;
+    let text = if json {
+        to_json(&held)?
+    } else {
+        held.iter().map(describe).collect::<String>()
+    };
+    print(&text)
+}
+
+/// Drops every holder of `name` on a backend that can.
+pub async fn force_release(spec: &BackendSpec, name: &LockName) -> Result<u8, Error> {
+    let backend = spec.open().await?;
+    match backend.force_release(name).await? {
+        0 => crate::warn!("{name} is not held; nothing to release"),
+        n => crate::warn!(
+            "released {n} holder(s) of {name}; they lose their lease at their next renewal"
+        ),
+    }
+    Ok(0)
+}
+
+fn to_json<T: serde::Serialize>(value: &T) -> Result<String, Error> {
+    let mut text = serde_json::to_string(value).map_err(Error::internal)?;
+    text.push('\n');
+    Ok(text)
+}
+
+/// One line for the name, one per holder.
+fn describe(status: &LockStatus) -> String {
+    let mut text = String::new();
+    let held = status.holders.len();
+    let _ = match (status.held, status.limit) {
+        (false, _) => write!(text, "{}: free", status.name),
+        (true, 1) => write!(text, "{}: held", status.name),
+        (true, limit) => write!(text, "{}: held by {held} of {limit}", status.name),
+    };
+    if status.waiters > 0 {
+        let _ = write!(text, ", {} waiting", status.waiters);
+    }
+    text.push('\n');
+    for h in &status.holders {
+        let left = humantime::format_duration(Duration::from_millis(h.expires_in_ms));
+        let _ = write!(
+            text,
+            "  token {} slot {}: pid {} on {} as {}, since {}, lease {} left",
+            h.token, h.slot, h.pid, h.host, h.user, h.acquired_at, left
+        );
+        if let Some(note) = &h.note {
+            let _ = write!(text, ", note: {note}");
+        }
+        text.push('\n');
+    }
+    text
+}
+
+fn print(text: &str) -> Result<u8, Error> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => Ok(0),
+        // A closed pipe (`lockrun list | head -1`) is the reader's choice, not an error.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(0),
+        Err(e) => Err(Error::internal(format!("cannot write to stdout: {e}"))),
+    }
+}

@@ -1,0 +1,20 @@
+//! lockrun: run a command while holding a named, renewed lease with a fencing token.
+//!
+//! The pieces, in the order a run goes through them: [`cli`] (flags) → [`config`] (validation) →
+//! [`backend`] (the lease engines behind one trait) → [`supervisor`] (the command, its signals and
+//! the renewal loop) → [`exit`] (the status table). [`clock`] and [`timing`] hold the rules every
+//! deadline follows.
+
+pub mod app;
+pub mod backend;
+pub mod cli;
+pub mod clock;
+pub mod config;
+pub mod exit;
+mod holding;
+mod inspect;
+pub mod name;
+mod pollable;
+pub mod report;
+pub mod supervisor;
+pub mod timing;

@@ -1,0 +1,145 @@
+//! Starting the command and signalling it.
+//!
+//! The command is executed directly (no shell) as the leader of a new process group, so a signal to
+//! the group reaches everything it started that did not leave the group. It gets a parent-death
+//! signal: if lockrun is SIGKILLed, the kernel kills the command too. That signal fires when the
+//! *thread* that forked it exits, so the command must be spawned from a thread that lives as long
+//! as lockrun — the main thread, which drives lockrun's single-threaded runtime.
+//!
+//! When lockrun runs in the foreground of a terminal, the command's group is given the terminal
+//! (and lockrun takes it back afterwards), so an interactive command can read its input and gets
+//! Ctrl-C itself.
+
+use std::ffi::OsString;
+use std::io;
+use std::os::fd::BorrowedFd;
+use std::os::unix::process::CommandExt;
+
+use nix::sys::signal::{SigHandler, Signal, killpg, signal};
+use nix::unistd::{Pid, getpgrp, getpid, getppid, isatty, tcgetpgrp, tcsetpgrp};
+
+use crate::exit::{self, Error};
+
+/// What to start.
+pub struct Launch<'a> {
+    pub program: &'a OsString,
+    pub args: &'a [OsString],
+    /// Variables to set.
+    pub env: Vec<(String, String)>,
+    /// Variables to remove from the inherited environment (secrets).
+    pub env_remove: Vec<String>,
+}
+
+/// The running command.
+pub struct Child {
+    process: tokio::process::Child,
+    group: Pid,
+    owns_terminal: bool,
+}
+
+impl Child {
+    /// Starts the command. Needs a running tokio runtime; call from the main thread.
+    pub fn spawn(launch: Launch<'_>) -> Result<Child, Error> {
+        let mut command = std::process::Command::new(launch.program);
+        command.args(launch.args);
+        for var in &launch.env_remove {
+            command.env_remove(var);
+        }
+        command.envs(launch.env);
+        command.process_group(0);
+        let parent = getpid();
+        let take_terminal = lockrun_owns_terminal();
+        // SAFETY: the closure runs in the forked child before exec and only makes async-signal-safe
+        // system calls (prctl, getppid, kill, signal, tcsetpgrp); it allocates nothing.
+        unsafe {
+            command.pre_exec(move || {
+                nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
+                // lockrun may have died between fork and prctl; then nothing would kill us later.
+                if getppid() != parent {
+                    nix::sys::signal::raise(Signal::SIGKILL)?;
+                }
+                if take_terminal {
+                    // A background group calling tcsetpgrp gets SIGTTOU unless it ignores it.
+                    signal(Signal::SIGTTOU, SigHandler::SigIgn)?;
+                    tcsetpgrp(stdin(), getpid())?;
+                    signal(Signal::SIGTTOU, SigHandler::SigDfl)?;
+                }
+                Ok(())
+            });
+        }
+        let process = tokio::process::Command::from(command)
+            .spawn()
+            .map_err(|e| spawn_error(launch.program, &e))?;
+        let pid = process
+            .id()
+            .ok_or_else(|| Error::internal("the command exited before lockrun saw its pid"))?;
+        Ok(Child {
+            process,
+            group: Pid::from_raw(pid as i32),
+            owns_terminal: take_terminal,
+        })
+    }
+
+    /// The command's pid, which is also its process group id.
+    pub fn pid(&self) -> u32 {
+        self.group.as_raw() as u32
+    }
+
+    /// Sends `signal` to the command's whole process group. A group that is already gone is fine.
+    pub fn signal_group(&self, signal: Signal) {
+        match killpg(self.group, signal) {
+            Ok(()) | Err(nix::errno::Errno::ESRCH) => {}
+            Err(e) => crate::warn!(
+                "cannot send {signal} to the command's process group: {}",
+                e.desc()
+            ),
+        }
+    }
+
+    /// Waits for the command itself to exit.
+    pub async fn wait(&mut self) -> io::Result<std::process::ExitStatus> {
+        self.process.wait().await
+    }
+
+    /// Takes the terminal back after the command ended, if it was handed over.
+    pub fn restore_terminal(&self) {
+        if self.owns_terminal {
+            // lockrun is a background group now; without ignoring SIGTTOU it would be stopped.
+            let previous = ignore_sigttou();
+            let _ = tcsetpgrp(stdin(), getpgrp());
+            if let Some(previous) = previous {
+                // SAFETY: reinstates the disposition that was in place a moment ago.
+                let _ = unsafe { signal(Signal::SIGTTOU, previous) };
+            }
+        }
+    }
+}
+
+fn stdin() -> BorrowedFd<'static> {
+    // SAFETY: fd 0 stays open for the life of the process; lockrun never closes it.
+    unsafe { BorrowedFd::borrow_raw(0) }
+}
+
+/// Whether stdin is a terminal whose foreground process group is lockrun's own.
+fn lockrun_owns_terminal() -> bool {
+    isatty(stdin()).unwrap_or(false) && tcgetpgrp(stdin()).is_ok_and(|pgrp| pgrp == getpgrp())
+}
+
+fn ignore_sigttou() -> Option<SigHandler> {
+    // SAFETY: SIG_IGN installs no handler code; the previous disposition is returned for restoring.
+    unsafe { signal(Signal::SIGTTOU, SigHandler::SigIgn) }.ok()
+}
+
+/// Maps a failed exec to the shell's statuses: 127 not found, 126 cannot execute.
+fn spawn_error(program: &OsString, e: &io::Error) -> Error {
+    let program = program.to_string_lossy();
+    let (code, what) = match e.kind() {
+        io::ErrorKind::NotFound => (exit::NOT_FOUND, "command not found".to_owned()),
+        io::ErrorKind::PermissionDenied => (exit::NOT_EXECUTABLE, "permission denied".to_owned()),
+        _ => (exit::NOT_EXECUTABLE, crate::report::io_reason(e)),
+    };
+    Error::Spawn {
+        message: format!("cannot run {program:?}: {what}"),
+        code,
+    }
+}

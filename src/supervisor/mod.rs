@@ -1,0 +1,12 @@
+//! Running the command under the lease: spawning it, forwarding signals, renewing, stopping it in
+//! time when the lease cannot be kept.
+
+mod child;
+mod signals;
+mod supervise;
+#[cfg(test)]
+mod tests;
+
+pub use child::{Child, Launch};
+pub use signals::{FORWARDED, listen};
+pub use supervise::{Outcome, supervise};

@@ -1,0 +1,256 @@
+//! The supervisor loop: one `select!` over the command's exit, received signals, the renewal in
+//! flight and a boot-clock timer.
+//!
+//! The lease's expiry is known only from confirmations: a grant or renewal sent at `s` for `ttl`
+//! proves the lease until `s + ttl` and no longer. If nothing confirms it beyond that, the command
+//! is sent TERM at [`Timing::stop_at`] and KILL after the grace, so both land before the backend
+//! could hand the lease to someone else. If lockrun wakes to find the lease already past (it was
+//! paused, or the machine slept), it kills the command at once, without a renewal first.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use tokio::sync::mpsc;
+
+use super::child::Child;
+use crate::backend::{Lease, RenewError, Renewal};
+use crate::clock::{BootInstant, BootTimer};
+use crate::exit::{self, Error};
+use crate::timing::Timing;
+
+/// How the supervised run ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The command exited while the lease held; its status as lockrun passes it on.
+    Exited(u8),
+    /// The lease was lost; the command was stopped (or had ended after the lease did).
+    LeaseLost(String),
+}
+
+/// Longest wait for the release after the command ended: the lease expires by itself anyway.
+const RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
+const MIN_RETRY: Duration = Duration::from_millis(20);
+const MAX_RETRY: Duration = Duration::from_secs(1);
+
+type RenewFuture<'a> = Pin<Box<dyn Future<Output = Result<Renewal, RenewError>> + Send + 'a>>;
+
+/// The lease-keeping state: what is confirmed, what is planned.
+struct Keeper {
+    timing: Timing,
+    /// `None`: the lease lasts as long as this process (a kernel lock).
+    expiry: Option<BootInstant>,
+    next_renewal: BootInstant,
+    /// Set once the command is being stopped: why, and when KILL follows TERM.
+    stopping: Option<Stopping>,
+}
+
+struct Stopping {
+    reason: String,
+    kill_at: Option<BootInstant>,
+}
+
+impl Keeper {
+    fn retry_delay(&self) -> Duration {
+        (self.timing.renew / 4).clamp(MIN_RETRY, MAX_RETRY)
+    }
+
+    /// The next moment the loop must look at the clock.
+    fn next_wake(&self, renewal_in_flight: Option<BootInstant>) -> Option<BootInstant> {
+        if let Some(stopping) = &self.stopping {
+            return stopping.kill_at;
+        }
+        let renew = match renewal_in_flight {
+            Some(sent) => sent + self.timing.renew.max(MIN_RETRY),
+            None => self.next_renewal,
+        };
+        let stop = self.expiry.map(|e| self.timing.stop_at(e));
+        Some(stop.map_or(renew, |s| s.min(renew)))
+    }
+
+    /// Starts stopping the command: TERM now, KILL after the grace (but before the expiry).
+    fn begin_stop(&mut self, child: &Child, reason: String, now: BootInstant) {
+        if self.stopping.is_some() {
+            return;
+        }
+        crate::error!("{reason}; stopping the command");
+        child.signal_group(Signal::SIGTERM);
+        let mut kill_at = now + self.timing.kill_after;
+        if let Some(expiry) = self.expiry {
+            kill_at = kill_at.min(expiry.saturating_sub(self.timing.margin()));
+        }
+        self.stopping = Some(Stopping {
+            reason,
+            kill_at: Some(kill_at),
+        });
+    }
+
+    /// Kills the command at once: the lease is already gone.
+    fn kill_now(&mut self, child: &Child, reason: String) {
+        crate::error!("{reason}; killing the command");
+        child.signal_group(Signal::SIGKILL);
+        self.stopping = Some(Stopping {
+            reason,
+            kill_at: None,
+        });
+    }
+
+    /// Acts on the clock: expiry passed, stop point reached, KILL due. Returns whether a renewal
+    /// should be started now.
+    fn on_time(&mut self, child: &Child, now: BootInstant, renewal_in_flight: bool) -> bool {
+        if let Some(stopping) = &mut self.stopping {
+            if stopping.kill_at.is_some_and(|k| now >= k) {
+                stopping.kill_at = None;
+                child.signal_group(Signal::SIGKILL);
+            }
+            return false;
+        }
+        if let Some(expiry) = self.expiry {
+            if now >= expiry {
+                let late = now - expiry;
+                self.kill_now(
+                    child,
+                    format!(
+                        "lease expired {} ago while lockrun could not act (paused or suspended?)",
+                        humantime::format_duration(round_ms(late))
+                    ),
+                );
+                return false;
+            }
+            if now >= self.timing.stop_at(expiry) {
+                let left = expiry - now;
+                self.begin_stop(
+                    child,
+                    format!(
+                        "lease not renewed in time ({} left before it could expire)",
+                        humantime::format_duration(round_ms(left))
+                    ),
+                    now,
+                );
+                return false;
+            }
+        }
+        !renewal_in_flight && now >= self.next_renewal
+    }
+
+    fn on_renewal(
+        &mut self,
+        child: &Child,
+        sent: BootInstant,
+        result: Result<Renewal, RenewError>,
+    ) {
+        let now = BootInstant::now();
+        match result {
+            Ok(renewal) => {
+                self.expiry = renewal.ttl.map(|ttl| sent + ttl);
+                self.next_renewal = sent + self.timing.renew;
+                crate::debug!("renewed in {} ms", now.saturating_since(sent).as_millis());
+            }
+            Err(RenewError::Lost(reason)) => {
+                self.begin_stop(child, format!("lease lost: {reason}"), now)
+            }
+            Err(RenewError::Unconfirmed(e)) => {
+                crate::warn!("renewal not confirmed: {e}; retrying");
+                self.next_renewal = now + self.retry_delay();
+            }
+        }
+    }
+}
+
+/// Keeps `lease` while `child` runs, forwarding `signals` to its group, and releases the lease
+/// at the end.
+pub async fn supervise(
+    lease: Box<dyn Lease>,
+    timing: Timing,
+    child: &mut Child,
+    signals: &mut mpsc::UnboundedReceiver<Signal>,
+) -> Result<Outcome, Error> {
+    let grant = lease.grant();
+    let mut keeper = Keeper {
+        timing,
+        expiry: grant.ttl.map(|ttl| grant.sent_at + ttl),
+        next_renewal: grant.sent_at + timing.renew,
+        stopping: None,
+    };
+    let mut timer =
+        BootTimer::new().map_err(|e| Error::internal(format!("cannot create a timer: {e}")))?;
+    let mut renewal: Option<(BootInstant, RenewFuture<'_>)> = None;
+    let mut signals_open = true;
+
+    let status = loop {
+        let now = BootInstant::now();
+        // A renewal that outlived its interval is abandoned; a fresh one is sent.
+        if renewal
+            .as_ref()
+            .is_some_and(|(sent, _)| now.saturating_since(*sent) >= timing.renew.max(MIN_RETRY))
+        {
+            crate::warn!(
+                "renewal not answered within {}; retrying",
+                humantime::format_duration(timing.renew)
+            );
+            renewal = None;
+        }
+        if keeper.on_time(child, now, renewal.is_some()) {
+            renewal = Some((now, lease.renew()));
+        }
+        let wake = keeper.next_wake(renewal.as_ref().map(|(sent, _)| *sent));
+        tokio::select! {
+            biased;
+            status = child.wait() => {
+                break status.map_err(|e| Error::internal(format!("cannot wait for the command: {e}")))?;
+            }
+            signal = signals.recv(), if signals_open => match signal {
+                Some(signal) => {
+                    crate::info!("forwarding {signal} to the command");
+                    child.signal_group(signal);
+                }
+                None => signals_open = false,
+            },
+            result = async { renewal.as_mut().expect("guarded by the condition").1.as_mut().await }, if renewal.is_some() => {
+                let (sent, _) = renewal.take().expect("renewal in flight");
+                keeper.on_renewal(child, sent, result);
+            }
+            slept = timer.sleep_until(wake) => {
+                slept.map_err(|e| Error::internal(format!("timer failed: {e}")))?;
+            }
+        }
+    };
+    drop(renewal);
+    child.restore_terminal();
+
+    // The lease must have covered the whole run: a command that ended after the lease did (lockrun
+    // was paused meanwhile) ran unprotected for a while, and that is reported as a loss.
+    let now = BootInstant::now();
+    if keeper.stopping.is_none()
+        && let Some(expiry) = keeper.expiry
+        && now >= expiry
+    {
+        keeper.stopping = Some(Stopping {
+            reason: "lease expired before the command ended (lockrun was paused or suspended?)"
+                .into(),
+            kill_at: None,
+        });
+        crate::error!("lease expired before the command ended (lockrun was paused or suspended?)");
+    }
+
+    release(lease, timing).await;
+    Ok(match keeper.stopping {
+        Some(stopping) => Outcome::LeaseLost(stopping.reason),
+        None => Outcome::Exited(exit::from_wait_status(status)),
+    })
+}
+
+/// Gives the lease back (owner-checked by the backend), without letting a dead backend hold up
+/// lockrun's exit.
+async fn release(lease: Box<dyn Lease>, timing: Timing) {
+    match tokio::time::timeout(RELEASE_TIMEOUT.min(timing.ttl), lease.release()).await {
+        Ok(Ok(())) => crate::info!("released"),
+        Ok(Err(e)) => crate::warn!("release failed: {e}; the lease will expire by itself"),
+        Err(_) => crate::warn!("release not answered; the lease will expire by itself"),
+    }
+}
+
+fn round_ms(d: Duration) -> Duration {
+    Duration::from_millis(d.as_millis().try_into().unwrap_or(u64::MAX))
+}

@@ -1,0 +1,160 @@
+//! Lease timing: TTL, renewal interval, TERM-to-KILL grace and the safety margin, and the rule that
+//! ties them together — the command is sent TERM early enough that the grace, the KILL and the
+//! margin all fit before the lease could expire on the backend:
+//!
+//! ```text
+//! sent ─── renew ───┬─ ... ───────── stop_at ── kill_after ── KILL ── margin ── expiry
+//!                   └ next renewal                (TERM)                       (sent + ttl)
+//! ```
+//!
+//! The margin covers what lockrun cannot measure: the backend's clock running a little fast,
+//! scheduling delay, and the time a KILL takes to land.
+
+use std::time::Duration;
+
+use crate::clock::BootInstant;
+
+const MIN_MARGIN: Duration = Duration::from_millis(20);
+const MAX_MARGIN: Duration = Duration::from_secs(2);
+const MAX_DEFAULT_KILL_AFTER: Duration = Duration::from_secs(10);
+
+/// Validated lease timing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timing {
+    pub ttl: Duration,
+    pub renew: Duration,
+    pub kill_after: Duration,
+    explicit_renew: Option<Duration>,
+    explicit_kill_after: Option<Duration>,
+}
+
+impl Timing {
+    /// Checks the user's values against each other; missing ones get defaults that fit.
+    pub fn new(
+        ttl: Duration,
+        renew: Option<Duration>,
+        kill_after: Option<Duration>,
+    ) -> Result<Self, String> {
+        let margin = margin(ttl);
+        let show = |d: Duration| humantime::format_duration(d).to_string();
+        if let Some(r) = renew
+            && r >= ttl
+        {
+            return Err(format!(
+                "invalid --renew {}: must be shorter than --ttl {}",
+                show(r),
+                show(ttl)
+            ));
+        }
+        if let Some(k) = kill_after
+            && k >= ttl
+        {
+            return Err(format!(
+                "invalid --kill-after {}: must be shorter than --ttl {}",
+                show(k),
+                show(ttl)
+            ));
+        }
+        let chosen_renew = renew.unwrap_or(ttl / 3);
+        let room = ttl.saturating_sub(margin).saturating_sub(chosen_renew);
+        let chosen_kill =
+            kill_after.unwrap_or_else(|| (ttl / 4).min(MAX_DEFAULT_KILL_AFTER).min(room / 2));
+        if chosen_kill.is_zero() || chosen_renew + chosen_kill + margin >= ttl {
+            return Err(format!(
+                "--renew {} and --kill-after {} leave no time to stop the command before the {} lease ends; \
+                 shorten them or raise --ttl",
+                show(chosen_renew),
+                show(chosen_kill),
+                show(ttl)
+            ));
+        }
+        Ok(Timing {
+            ttl,
+            renew: chosen_renew,
+            kill_after: chosen_kill,
+            explicit_renew: renew,
+            explicit_kill_after: kill_after,
+        })
+    }
+
+    /// The same choices applied to the TTL the backend actually granted (it may raise the request
+    /// to its minimum). Falls back to defaults for values that no longer fit.
+    pub fn for_granted(&self, granted: Duration) -> Timing {
+        if granted == self.ttl {
+            return *self;
+        }
+        Timing::new(granted, self.explicit_renew, self.explicit_kill_after)
+            .or_else(|_| Timing::new(granted, None, None))
+            .unwrap_or(*self)
+    }
+
+    /// Slack kept between the final KILL and the lease's expiry.
+    pub fn margin(&self) -> Duration {
+        margin(self.ttl)
+    }
+
+    /// When to send TERM if no renewal confirms the lease beyond `expiry`.
+    pub fn stop_at(&self, expiry: BootInstant) -> BootInstant {
+        expiry.saturating_sub(self.kill_after + self.margin())
+    }
+}
+
+fn margin(ttl: Duration) -> Duration {
+    (ttl / 10).clamp(MIN_MARGIN, MAX_MARGIN)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: fn(u64) -> Duration = Duration::from_secs;
+
+    #[test]
+    fn defaults_fit_inside_the_ttl() {
+        for ttl in [Duration::from_millis(200), S(1), S(15), S(60), S(3600)] {
+            let t = Timing::new(ttl, None, None).unwrap();
+            assert!(t.renew + t.kill_after + t.margin() < ttl, "{t:?}");
+            assert!(t.kill_after > Duration::ZERO);
+        }
+        let t = Timing::new(S(15), None, None).unwrap();
+        assert_eq!((t.renew, t.kill_after), (S(5), Duration::from_millis(3750)));
+    }
+
+    #[test]
+    fn rejects_timings_that_cannot_stop_in_time() {
+        assert!(
+            Timing::new(S(10), Some(S(10)), None)
+                .unwrap_err()
+                .contains("--renew")
+        );
+        assert!(
+            Timing::new(S(10), None, Some(S(11)))
+                .unwrap_err()
+                .contains("--kill-after")
+        );
+        assert!(Timing::new(S(10), Some(S(6)), Some(S(4))).is_err());
+        // A long --renew shrinks the default grace rather than failing.
+        let t = Timing::new(S(10), Some(S(8)), None).unwrap();
+        assert!(t.renew + t.kill_after + t.margin() < S(10));
+    }
+
+    #[test]
+    fn stop_at_leaves_grace_and_margin_before_expiry() {
+        let t = Timing::new(S(15), None, None).unwrap();
+        let expiry = BootInstant::now() + S(15);
+        assert_eq!(expiry - t.stop_at(expiry), t.kill_after + t.margin());
+    }
+
+    #[test]
+    fn a_raised_ttl_keeps_the_users_choices() {
+        let t = Timing::new(
+            Duration::from_millis(500),
+            Some(Duration::from_millis(100)),
+            None,
+        )
+        .unwrap();
+        let raised = t.for_granted(S(2));
+        assert_eq!(raised.ttl, S(2));
+        assert_eq!(raised.renew, Duration::from_millis(100));
+    }
+}
