@@ -3,12 +3,16 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use clap::error::ErrorKind;
+use clap::error::{ContextKind, ContextValue, ErrorKind};
 
 use crate::cli::Cli;
 use crate::config::Invocation;
 use crate::exit::{self, Error};
 use crate::{holding, inspect, report};
+
+/// The message for a run form without a command.
+pub const MISSING_COMMAND: &str =
+    "missing command: give it after --, as in lockrun --name NAME -- ./job.sh";
 
 /// Runs lockrun with the process's arguments and returns its exit status.
 pub fn main() -> ExitCode {
@@ -67,12 +71,29 @@ fn clap_error(e: &clap::Error) -> u8 {
             0
         }
         _ => {
-            report::say(
-                report::QUIET,
-                format_args!("{}", one_line(&e.render().to_string())),
-            );
+            let missing_command = e.kind() == ErrorKind::MissingRequiredArgument
+                && e.render().to_string().contains("<COMMAND>");
+            let message = match stray_word(e) {
+                _ if missing_command => MISSING_COMMAND.to_owned(),
+                Some(word) => format!(
+                    "unexpected argument {word:?}: put the command after --, as in lockrun --name NAME -- {word}"
+                ),
+                None => one_line(&e.render().to_string()),
+            };
+            report::say(report::QUIET, format_args!("{message}"));
             exit::USAGE
         }
+    }
+}
+
+/// The unexpected word, when it looks like a command rather than a mistyped flag.
+fn stray_word(e: &clap::Error) -> Option<String> {
+    if e.kind() != ErrorKind::UnknownArgument {
+        return None;
+    }
+    match e.get(ContextKind::InvalidArg) {
+        Some(ContextValue::String(word)) if !word.starts_with('-') => Some(word.clone()),
+        _ => None,
     }
 }
 

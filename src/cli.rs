@@ -27,7 +27,6 @@ acquisition of NAME: pass it to the storage you write so it can reject a stale h
     name = "lockrun",
     version,
     after_help = AFTER_HELP,
-    args_conflicts_with_subcommands = true,
     subcommand_negates_reqs = true,
     override_usage = "lockrun [OPTIONS] --name <NAME> -- <COMMAND> [ARG]...\n       lockrun <SUBCOMMAND> ..."
 )]
@@ -79,6 +78,7 @@ pub struct RunArgs {
     /// Lease length, e.g. 500ms, 15s, 2m. A backend may raise it to its minimum; the command is told
     /// the granted value in $LOCKRUN_TTL_MS.
     #[arg(
+        allow_hyphen_values = true,
         long,
         env = "LOCKRUN_TTL",
         value_name = "DURATION",
@@ -87,12 +87,18 @@ pub struct RunArgs {
     pub ttl: String,
 
     /// Renewal interval; must be shorter than the TTL. Default: a third of the TTL.
-    #[arg(long, env = "LOCKRUN_RENEW", value_name = "DURATION")]
+    #[arg(
+        allow_hyphen_values = true,
+        long,
+        env = "LOCKRUN_RENEW",
+        value_name = "DURATION"
+    )]
     pub renew: Option<String>,
 
     /// Give up waiting for the lock after this long and exit 75 (see --busy-exit-code).
     /// Default: wait forever.
     #[arg(
+        allow_hyphen_values = true,
         long,
         env = "LOCKRUN_WAIT",
         value_name = "DURATION",
@@ -125,7 +131,12 @@ pub struct RunArgs {
     /// Grace between SIGTERM and SIGKILL when the lease is lost. Default: a quarter of the TTL, at
     /// most 10s. TERM is sent early enough that TERM, the grace and KILL all land before the lease
     /// could expire on the backend.
-    #[arg(long, env = "LOCKRUN_KILL_AFTER", value_name = "DURATION")]
+    #[arg(
+        allow_hyphen_values = true,
+        long,
+        env = "LOCKRUN_KILL_AFTER",
+        value_name = "DURATION"
+    )]
     pub kill_after: Option<String>,
 
     /// Free text stored with the holder and shown by `status` (a CI job URL, a ticket).
@@ -133,12 +144,7 @@ pub struct RunArgs {
     pub note: Option<String>,
 
     /// The command to run, with its arguments, after `--`. Executed directly, not by a shell.
-    #[arg(
-        value_name = "COMMAND",
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        required = true
-    )]
+    #[arg(value_name = "COMMAND", last = true, required = true)]
     pub command: Vec<OsString>,
 }
 

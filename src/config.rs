@@ -112,9 +112,10 @@ fn resolve_run(cli: Cli, backend: BackendSpec) -> Result<RunConfig, Error> {
         validate_note(note)?;
     }
     let mut command = run.command.into_iter();
-    let program = command.next().filter(|p| !p.is_empty()).ok_or_else(|| {
-        Error::usage("missing command: give it after --, as in lockrun --name NAME -- ./job.sh")
-    })?;
+    let program = command
+        .next()
+        .filter(|p| !p.is_empty())
+        .ok_or_else(|| Error::usage(crate::app::MISSING_COMMAND))?;
     Ok(RunConfig {
         name,
         backend,

@@ -163,8 +163,9 @@ pub fn redact(raw: &str) -> String {
     };
     let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let (authority, tail) = rest.split_at(end);
+    let tail = redact_query(tail);
     let Some((userinfo, hosts)) = authority.rsplit_once('@') else {
-        return raw.to_owned();
+        return format!("{scheme}://{authority}{tail}");
     };
     let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
     let hidden = if userinfo.contains(':') || user.is_empty() {
@@ -173,7 +174,6 @@ pub fn redact(raw: &str) -> String {
         // `redis://secret@host` passes the whole userinfo as the password.
         "***".to_owned()
     };
-    let tail = redact_query(tail);
     format!("{scheme}://{hidden}@{hosts}{tail}")
 }
 

@@ -1,0 +1,195 @@
+//! Bad input through the real binary: every usage error exits 64 with one lowercase line naming
+//! the problem, and runs nothing.
+
+mod common;
+
+use common::{FileEnv, code, lockrun, text};
+
+/// Each case: arguments (the command, when one is reached, would create a marker file), and a
+/// word the message must contain.
+const BAD_INPUTS: &[(&[&str], &str)] = &[
+    (&["--name", "../x"], "lock name"),
+    (&["--name", "/abs"], "lock name"),
+    (&["--name", "a//b"], "lock name"),
+    (&["--name", "a/"], "lock name"),
+    (&["--name", ""], "lock name"),
+    (&["--name", "sp ace"], "lock name"),
+    (&["--name", "a/./b"], "lock name"),
+    (&["--name", "x", "--ttl", "0"], "--ttl"),
+    (&["--name", "x", "--ttl", "15"], "--ttl"),
+    (&["--name", "x", "--ttl", "soon"], "--ttl"),
+    (&["--name", "x", "--ttl", "-1s"], "--ttl"),
+    (&["--name", "x", "--renew", "15s"], "--renew"),
+    (&["--name", "x", "--ttl", "1s", "--renew", "2s"], "--renew"),
+    (&["--name", "x", "--kill-after", "20s"], "--kill-after"),
+    (
+        &[
+            "--name",
+            "x",
+            "--ttl",
+            "10s",
+            "--renew",
+            "6s",
+            "--kill-after",
+            "4s",
+        ],
+        "--kill-after",
+    ),
+    (&["--name", "x", "--wait", "forever"], "--wait"),
+    (&["--name", "x", "--wait", "1s", "--no-wait"], "--no-wait"),
+    (&["--name", "x", "--limit", "0"], "--limit"),
+    (&["--name", "x", "--limit", "many"], "--limit"),
+    (
+        &["--name", "x", "--busy-exit-code", "256"],
+        "--busy-exit-code",
+    ),
+    (&["--name", "x", "--token-env", "9LIVES"], "--token-env"),
+    (&["--name", "x", "--token-env", "A=B"], "--token-env"),
+    (&["--name", "x", "--note", "two\nlines"], "--note"),
+    (&["--name", "x", "--backend", "ftp://host/x"], "scheme"),
+    (
+        &["--name", "x", "--backend", "file://relative/dir"],
+        "absolute",
+    ),
+    (&["--name", "x", "--backend", "etcd://host"], "host:port"),
+    (&["--name", "x", "--backend", "not a url"], "backend"),
+    (&["--name", "x", "--bogus"], "--bogus"),
+    (&["--ttl", "1s"], "--name"),
+];
+
+#[test]
+fn bad_inputs_exit_64_with_one_line_and_run_nothing() {
+    let env = FileEnv::new();
+    let marker = env.scratch("ran");
+    for (args, needle) in BAD_INPUTS {
+        let mut cmd = lockrun();
+        if !args.contains(&"--backend") {
+            cmd.arg("--backend").arg(env.url());
+        }
+        cmd.args(*args).arg("--").arg("touch").arg(&marker);
+        let out = cmd.output().unwrap();
+        let stderr = text(&out.stderr);
+        assert_eq!(code(&out), 64, "{args:?}: {stderr}");
+        assert_eq!(
+            stderr.lines().count(),
+            1,
+            "{args:?}: not one line: {stderr}"
+        );
+        assert!(stderr.starts_with("lockrun: "), "{args:?}: {stderr}");
+        let message = &stderr["lockrun: ".len()..];
+        assert!(
+            message.starts_with(|c: char| !c.is_uppercase()),
+            "{args:?}: {stderr}"
+        );
+        assert!(
+            stderr.contains(needle),
+            "{args:?}: {stderr:?} does not name {needle}"
+        );
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert!(out.stdout.is_empty());
+        assert!(!marker.exists(), "{args:?} ran the command");
+    }
+}
+
+#[test]
+fn a_missing_command_is_a_usage_error() {
+    let env = FileEnv::new();
+    for args in [
+        &["--name", "x"][..],
+        &["--name", "x", "--"],
+        &["--name", "x", "--", ""],
+    ] {
+        let out = env.run(args);
+        assert_eq!(code(&out), 64, "{args:?}: {}", text(&out.stderr));
+        assert!(
+            text(&out.stderr).contains("command"),
+            "{}",
+            text(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn a_command_without_the_separator_is_refused_with_a_hint() {
+    let env = FileEnv::new();
+    let out = env.run(["--name", "x", "echo", "hi"]);
+    assert_eq!(code(&out), 64);
+    assert!(
+        text(&out.stderr).contains("after --"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(out.stdout.is_empty(), "echo must not have run");
+}
+
+#[test]
+fn passwords_in_bad_urls_are_not_echoed() {
+    let out = lockrun()
+        .args([
+            "--name",
+            "x",
+            "--backend",
+            "ftp://user:hunter2@host/",
+            "--",
+            "true",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 64);
+    assert!(
+        !text(&out.stderr).contains("hunter2"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn options_can_come_from_the_environment() {
+    let env = FileEnv::new();
+    let out = lockrun()
+        .env("LOCKRUN_BACKEND", env.url())
+        .env("LOCKRUN_NAME", "from-env")
+        .env("LOCKRUN_TOKEN_ENV", "MY_TOKEN")
+        .env("LOCKRUN_TTL", "3s")
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "echo $LOCKRUN_NAME $MY_TOKEN $LOCKRUN_TTL_MS",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "from-env 1 3000\n");
+    // A bad value from the environment is judged like a flag.
+    let out = lockrun()
+        .env("LOCKRUN_BACKEND", env.url())
+        .env("LOCKRUN_LIMIT", "0")
+        .args(["--name", "x", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 64);
+}
+
+#[test]
+fn help_and_version_go_to_stdout_and_succeed() {
+    for flag in ["--help", "--version"] {
+        let out = lockrun().arg(flag).output().unwrap();
+        assert_eq!(code(&out), 0);
+        assert!(!out.stdout.is_empty());
+    }
+    let out = lockrun().args(["status", "--help"]).output().unwrap();
+    assert_eq!(code(&out), 0);
+}
+
+#[test]
+fn release_without_force_is_refused() {
+    let env = FileEnv::new();
+    let out = env.run(["release", "x"]);
+    assert_eq!(code(&out), 64);
+    assert!(
+        text(&out.stderr).contains("--force"),
+        "{}",
+        text(&out.stderr)
+    );
+}

@@ -1,0 +1,172 @@
+//! Test support shared by the integration tests: a builder that drives the real `lockrun` binary
+//! against a private state directory, and polling helpers (never fixed sleeps) for conditions.
+
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_lockrun");
+
+/// A `lockrun` command with a clean environment: no inherited `LOCKRUN_*` settings.
+pub fn lockrun() -> Command {
+    let mut cmd = Command::new(BIN);
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("LOCKRUN_") || key == "FENCING_TOKEN" {
+            cmd.env_remove(key);
+        }
+    }
+    cmd.stdin(Stdio::null());
+    cmd
+}
+
+/// A private `file://` state directory for one test.
+pub struct FileEnv {
+    dir: tempfile::TempDir,
+}
+
+impl FileEnv {
+    pub fn new() -> Self {
+        FileEnv {
+            dir: tempfile::tempdir().expect("temp dir"),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// A scratch path inside the test's directory (for command output files).
+    pub fn scratch(&self, name: &str) -> PathBuf {
+        self.dir.path().join("scratch").join(name)
+    }
+
+    pub fn url(&self) -> String {
+        format!("file://{}/state", self.dir.path().display())
+    }
+
+    /// `lockrun --backend <this dir> ARGS...`
+    pub fn cmd<I, S>(&self, args: I) -> Command
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        std::fs::create_dir_all(self.dir.path().join("scratch")).unwrap();
+        let mut cmd = lockrun();
+        cmd.arg("--backend").arg(self.url()).args(args);
+        cmd
+    }
+
+    /// Runs to completion.
+    pub fn run<I, S>(&self, args: I) -> Output
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        self.cmd(args).output().expect("run lockrun")
+    }
+
+    /// Starts in the background with stderr captured.
+    pub fn spawn<I, S>(&self, args: I) -> Child
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        self.cmd(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn lockrun")
+    }
+
+    /// `status NAME --json`, parsed.
+    pub fn status(&self, name: &str) -> serde_json::Value {
+        let out = self.run(["status", name, "--json"]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "status failed: {}",
+            text(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("status prints JSON")
+    }
+
+    /// Waits until NAME has `n` holders.
+    pub fn wait_held(&self, name: &str, n: usize) -> serde_json::Value {
+        let mut last = serde_json::Value::Null;
+        let reached = wait_until(Duration::from_secs(10), || {
+            last = self.status(name);
+            last["holders"].as_array().map_or(0, Vec::len) == n
+        });
+        assert!(reached, "{name} never had {n} holder(s): {last}");
+        last
+    }
+}
+
+/// Polls `condition` every few milliseconds until it holds or `timeout` passes.
+pub fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    loop {
+        if condition() {
+            return true;
+        }
+        if start.elapsed() > timeout {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Waits for a file to exist and be non-empty; returns its contents.
+pub fn wait_for_file(path: &Path, timeout: Duration) -> String {
+    let mut contents = String::new();
+    let found = wait_until(timeout, || {
+        contents = std::fs::read_to_string(path).unwrap_or_default();
+        !contents.trim().is_empty()
+    });
+    assert!(found, "{} never appeared", path.display());
+    contents
+}
+
+/// Waits for a child process with a timeout; kills it and fails if it does not exit.
+pub fn wait_exit(child: &mut Child, timeout: Duration) -> Output {
+    let reached = wait_until(timeout, || child.try_wait().expect("try_wait").is_some());
+    if !reached {
+        let _ = child.kill();
+        panic!("lockrun did not exit within {timeout:?}");
+    }
+    let mut out = Output {
+        status: child.wait().unwrap(),
+        stdout: Vec::new(),
+        stderr: Vec::new(),
+    };
+    use std::io::Read;
+    if let Some(mut s) = child.stdout.take() {
+        s.read_to_end(&mut out.stdout).unwrap();
+    }
+    if let Some(mut s) = child.stderr.take() {
+        s.read_to_end(&mut out.stderr).unwrap();
+    }
+    out
+}
+
+/// Whether a process exists (and is not a zombie).
+pub fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| !rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+pub fn code(out: &Output) -> i32 {
+    out.status.code().unwrap_or(-1)
+}
