@@ -40,7 +40,9 @@ impl FileEnv {
 
     /// A scratch path inside the test's directory (for command output files).
     pub fn scratch(&self, name: &str) -> PathBuf {
-        self.dir.path().join("scratch").join(name)
+        let dir = self.dir.path().join("scratch");
+        std::fs::create_dir_all(&dir).unwrap();
+        dir.join(name)
     }
 
     pub fn url(&self) -> String {
@@ -53,7 +55,6 @@ impl FileEnv {
         I: IntoIterator<Item = S>,
         S: AsRef<OsStr>,
     {
-        std::fs::create_dir_all(self.dir.path().join("scratch")).unwrap();
         let mut cmd = lockrun();
         cmd.arg("--backend").arg(self.url()).args(args);
         cmd

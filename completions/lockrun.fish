@@ -1,0 +1,64 @@
+# Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
+function __fish_lockrun_global_optspecs
+    string join \n name= ttl= renew= wait= no-wait busy-exit-code= limit= token-env= kill-after= note= b/backend= q/quiet v/verbose h/help V/version
+end
+
+function __fish_lockrun_needs_command
+    # Figure out if the current invocation already has a command.
+    set -l cmd (commandline -opc)
+    set -e cmd[1]
+    argparse -s (__fish_lockrun_global_optspecs) -- $cmd 2>/dev/null
+    or return
+    if set -q argv[1]
+        # Also print the command, so this can be used to figure out what it is.
+        echo $argv[1]
+        return 1
+    end
+    return 0
+end
+
+function __fish_lockrun_using_subcommand
+    set -l cmd (__fish_lockrun_needs_command)
+    test -z "$cmd"
+    and return 1
+    contains -- $cmd[1] $argv
+end
+
+complete -c lockrun -n "__fish_lockrun_needs_command" -l name -d 'Lease name: 1–200 bytes of A-Z a-z 0-9 . _ : - in segments joined by single /' -r
+complete -c lockrun -n "__fish_lockrun_needs_command" -l ttl -d 'Lease length, e.g. 500ms, 15s, 2m. A backend may raise it to its minimum; the command is told the granted value in $LOCKRUN_TTL_MS' -r
+complete -c lockrun -n "__fish_lockrun_needs_command" -l renew -d 'Renewal interval; must be shorter than the TTL. Default: a third of the TTL' -r
+complete -c lockrun -n "__fish_lockrun_needs_command" -l wait -d 'Give up waiting for the lock after this long and exit 75 (see --busy-exit-code). Default: wait forever' -r
+complete -c lockrun -n "__fish_lockrun_needs_command" -l busy-exit-code -d 'Exit status when the lock was not acquired; 0 skips quietly, for cron' -r
+complete -c lockrun -n "__fish_lockrun_needs_command" -l limit -d 'Semaphore: up to N holders at once, each with its own slot and token. All users of NAME must pass the same N' -r
+complete -c lockrun -n "__fish_lockrun_needs_command" -l token-env -d 'Environment variable that carries the fencing token to the command' -r
+complete -c lockrun -n "__fish_lockrun_needs_command" -l kill-after -d 'Grace between SIGTERM and SIGKILL when the lease is lost. Default: a quarter of the TTL, at most 10s. TERM is sent early enough that TERM, the grace and KILL all land before the lease could expire on the backend' -r
+complete -c lockrun -n "__fish_lockrun_needs_command" -l note -d 'Free text stored with the holder and shown by `status` (a CI job URL, a ticket)' -r
+complete -c lockrun -n "__fish_lockrun_needs_command" -s b -l backend -d 'Backend URL: file:///DIR (one host, no server), redis://[USER:PASS@]HOST[:PORT][/DB], rediss://… (TLS), etcd://HOST:PORT[,HOST:PORT…], postgres://… or postgresql://…' -r
+complete -c lockrun -n "__fish_lockrun_needs_command" -l no-wait -d 'Try once and exit 75 if the lock is busy (same as --wait 0)'
+complete -c lockrun -n "__fish_lockrun_needs_command" -s q -l quiet -d 'Print only errors'
+complete -c lockrun -n "__fish_lockrun_needs_command" -s v -l verbose -d 'Print more: acquisition, token, renewals (repeat for more)'
+complete -c lockrun -n "__fish_lockrun_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c lockrun -n "__fish_lockrun_needs_command" -s V -l version -d 'Print version'
+complete -c lockrun -n "__fish_lockrun_needs_command" -a "status" -d 'Show who holds NAME, since when, its token, the lease left and the waiters'
+complete -c lockrun -n "__fish_lockrun_needs_command" -a "list" -d 'List the names currently held'
+complete -c lockrun -n "__fish_lockrun_needs_command" -a "release" -d 'Break-glass: drop NAME\'s holder(s) on a networked backend; each loses its lease and stops'
+complete -c lockrun -n "__fish_lockrun_needs_command" -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c lockrun -n "__fish_lockrun_using_subcommand status" -s b -l backend -d 'Backend URL: file:///DIR (one host, no server), redis://[USER:PASS@]HOST[:PORT][/DB], rediss://… (TLS), etcd://HOST:PORT[,HOST:PORT…], postgres://… or postgresql://…' -r
+complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l json -d 'Print JSON: {"name", "held", "limit", "waiters", "holders": [...]}'
+complete -c lockrun -n "__fish_lockrun_using_subcommand status" -s q -l quiet -d 'Print only errors'
+complete -c lockrun -n "__fish_lockrun_using_subcommand status" -s v -l verbose -d 'Print more: acquisition, token, renewals (repeat for more)'
+complete -c lockrun -n "__fish_lockrun_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c lockrun -n "__fish_lockrun_using_subcommand list" -s b -l backend -d 'Backend URL: file:///DIR (one host, no server), redis://[USER:PASS@]HOST[:PORT][/DB], rediss://… (TLS), etcd://HOST:PORT[,HOST:PORT…], postgres://… or postgresql://…' -r
+complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l json -d 'Print a JSON array of status objects'
+complete -c lockrun -n "__fish_lockrun_using_subcommand list" -s q -l quiet -d 'Print only errors'
+complete -c lockrun -n "__fish_lockrun_using_subcommand list" -s v -l verbose -d 'Print more: acquisition, token, renewals (repeat for more)'
+complete -c lockrun -n "__fish_lockrun_using_subcommand list" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c lockrun -n "__fish_lockrun_using_subcommand release" -s b -l backend -d 'Backend URL: file:///DIR (one host, no server), redis://[USER:PASS@]HOST[:PORT][/DB], rediss://… (TLS), etcd://HOST:PORT[,HOST:PORT…], postgres://… or postgresql://…' -r
+complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l force -d 'Required: confirms that you mean to break another process\'s lease'
+complete -c lockrun -n "__fish_lockrun_using_subcommand release" -s q -l quiet -d 'Print only errors'
+complete -c lockrun -n "__fish_lockrun_using_subcommand release" -s v -l verbose -d 'Print more: acquisition, token, renewals (repeat for more)'
+complete -c lockrun -n "__fish_lockrun_using_subcommand release" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c lockrun -n "__fish_lockrun_using_subcommand help; and not __fish_seen_subcommand_from status list release help" -f -a "status" -d 'Show who holds NAME, since when, its token, the lease left and the waiters'
+complete -c lockrun -n "__fish_lockrun_using_subcommand help; and not __fish_seen_subcommand_from status list release help" -f -a "list" -d 'List the names currently held'
+complete -c lockrun -n "__fish_lockrun_using_subcommand help; and not __fish_seen_subcommand_from status list release help" -f -a "release" -d 'Break-glass: drop NAME\'s holder(s) on a networked backend; each loses its lease and stops'
+complete -c lockrun -n "__fish_lockrun_using_subcommand help; and not __fish_seen_subcommand_from status list release help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

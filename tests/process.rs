@@ -1,0 +1,232 @@
+//! The command's life under lockrun, through the real binary: exit statuses, signal forwarding,
+//! the parent-death signal, and descriptors that must not leak to the command's descendants.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
+
+use common::{FileEnv, alive, code, text, wait_exit, wait_for_file, wait_until};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+fn pid_of(child: &std::process::Child) -> Pid {
+    Pid::from_raw(child.id() as i32)
+}
+
+#[test]
+fn the_commands_own_exit_status_is_passed_on() {
+    let env = FileEnv::new();
+    for status in [0, 1, 3, 42, 255] {
+        let out = env.run(["--name", "x", "--", "sh", "-c", &format!("exit {status}")]);
+        assert_eq!(code(&out), status);
+    }
+}
+
+#[test]
+fn a_command_killed_by_a_signal_gives_128_plus_n() {
+    let env = FileEnv::new();
+    let out = env.run(["--name", "x", "--", "sh", "-c", "kill -TERM $$"]);
+    assert_eq!(code(&out), 128 + 15);
+    let out = env.run(["--name", "x", "--", "sh", "-c", "kill -KILL $$"]);
+    assert_eq!(code(&out), 128 + 9);
+}
+
+#[test]
+fn a_missing_command_exits_127_and_a_non_executable_one_126() {
+    let env = FileEnv::new();
+    let out = env.run(["--name", "x", "--", "/no/such/program"]);
+    assert_eq!(code(&out), 127, "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("not found"));
+
+    let script = env.scratch("not-executable.sh");
+    std::fs::write(&script, "#!/bin/sh\necho hi\n").unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = env.run(["--name", "x", "--", script.to_str().unwrap()]);
+    assert_eq!(code(&out), 126, "{}", text(&out.stderr));
+
+    // Either way the lock was given back.
+    assert_eq!(env.status("x")["held"], false);
+    assert_eq!(
+        code(&env.run(["--name", "x", "--no-wait", "--", "true"])),
+        0
+    );
+}
+
+#[test]
+fn lockrun_writes_nothing_to_stdout_and_leaves_stdin_to_the_command() {
+    let env = FileEnv::new();
+    let out = env.run(["-vv", "--name", "x", "--ttl", "300ms", "--", "sleep", "0.4"]);
+    assert_eq!(code(&out), 0);
+    assert!(out.stdout.is_empty(), "{}", text(&out.stdout));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.lines().all(|l| l.starts_with("lockrun: ")),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("acquired") && stderr.contains("renewed"),
+        "{stderr}"
+    );
+
+    use std::io::Write;
+    let mut child = env
+        .cmd(["--name", "x", "--", "cat"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"through\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(text(&out.stdout), "through\n");
+}
+
+#[test]
+fn quiet_silences_warnings_but_not_errors() {
+    let env = FileEnv::new();
+    let out = env.run(["-q", "--name", "x", "--", "/no/such/program"]);
+    assert_eq!(code(&out), 127);
+    assert_eq!(text(&out.stderr).lines().count(), 1);
+}
+
+#[test]
+fn signals_are_forwarded_to_the_commands_process_group() {
+    let env = FileEnv::new();
+    for (signal, number) in [
+        (Signal::SIGTERM, 15),
+        (Signal::SIGINT, 2),
+        (Signal::SIGHUP, 1),
+        (Signal::SIGQUIT, 3),
+        (Signal::SIGUSR1, 10),
+        (Signal::SIGUSR2, 12),
+    ] {
+        let ready = env.scratch(&format!("ready-{number}"));
+        let grandchild = env.scratch(&format!("grandchild-{number}"));
+        // The command traps the signal and exits with its number; a grandchild in the same group
+        // records that it was reached too. (sh starts background jobs with INT and QUIT ignored,
+        // and an ignored signal cannot be trapped, so the grandchild only checks the others.)
+        let reaches_background = !matches!(signal, Signal::SIGINT | Signal::SIGQUIT);
+        let background = if reaches_background {
+            format!(
+                "sh -c 'trap \"echo got > {g}; exit 0\" {number}; while :; do sleep 0.05; done' &",
+                g = grandchild.display()
+            )
+        } else {
+            String::new()
+        };
+        let script = format!(
+            "{background}\ntrap 'exit {number}' {number}; echo up > {r}; while :; do sleep 0.05; done",
+            r = ready.display()
+        );
+        let mut run = env.spawn(["--name", "sig", "--", "sh", "-c", &script]);
+        wait_for_file(&ready, Duration::from_secs(10));
+        kill(pid_of(&run), signal).unwrap();
+        let out = wait_exit(&mut run, Duration::from_secs(10));
+        assert_eq!(code(&out), number, "{signal}: {}", text(&out.stderr));
+        if reaches_background {
+            assert_eq!(
+                wait_for_file(&grandchild, Duration::from_secs(5)).trim(),
+                "got",
+                "{signal}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_signal_while_waiting_for_the_lock_ends_the_wait_without_running_anything() {
+    let env = FileEnv::new();
+    let mut holder = env.spawn(["--name", "w", "--", "sleep", "30"]);
+    env.wait_held("w", 1);
+    let marker = env.scratch("ran");
+    let mut waiter = env.spawn(["--name", "w", "--", "touch", marker.to_str().unwrap()]);
+    assert!(wait_until(
+        Duration::from_secs(10),
+        || env.status("w")["waiters"] == 1
+    ));
+    kill(pid_of(&waiter), Signal::SIGTERM).unwrap();
+    let out = wait_exit(&mut waiter, Duration::from_secs(5));
+    assert_eq!(code(&out), 128 + 15, "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("interrupted"),
+        "{}",
+        text(&out.stderr)
+    );
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    assert!(!marker.exists());
+}
+
+#[test]
+fn sigkill_of_lockrun_kills_the_command() {
+    let env = FileEnv::new();
+    let pid_file = env.scratch("child.pid");
+    let script = format!("echo $$ > {}; exec sleep 30", pid_file.display());
+    let mut run = env.spawn(["--name", "die", "--", "sh", "-c", &script]);
+    let child: i32 = wait_for_file(&pid_file, Duration::from_secs(10))
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(alive(child));
+    kill(pid_of(&run), Signal::SIGKILL).unwrap();
+    run.wait().unwrap();
+    assert!(
+        wait_until(Duration::from_secs(5), || !alive(child)),
+        "the command outlived lockrun"
+    );
+    // And the lock is free at once.
+    assert_eq!(
+        code(&env.run(["--name", "die", "--no-wait", "--", "true"])),
+        0
+    );
+}
+
+#[test]
+fn the_parent_death_signal_survives_lockrun_idling_for_longer_than_a_worker_thread_lives() {
+    // PR_SET_PDEATHSIG fires when the thread that spawned the command exits. An async runtime's
+    // blocking-pool threads exit after 10 s idle; the command must not be killed by that.
+    let env = FileEnv::new();
+    let out = env.run([
+        "--name",
+        "long",
+        "--",
+        "sh",
+        "-c",
+        "sleep 11; echo finished",
+    ]);
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "finished\n");
+}
+
+#[test]
+fn a_background_grandchild_does_not_keep_the_lock() {
+    let env = FileEnv::new();
+    let pid_file = env.scratch("grandchild.pid");
+    // The grandchild keeps every inherited descriptor open and outlives the command.
+    let script = format!("sleep 30 & echo $! > {}", pid_file.display());
+    let out = env.run(["--name", "bg", "--", "sh", "-c", &script]);
+    assert_eq!(code(&out), 0);
+    let grandchild: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(alive(grandchild));
+    let out = env.run(["--name", "bg", "--no-wait", "--", "true"]);
+    assert_eq!(
+        code(&out),
+        0,
+        "the grandchild kept the lock: {}",
+        text(&out.stderr)
+    );
+    let fds = std::fs::read_dir(format!("/proc/{grandchild}/fd")).unwrap();
+    for fd in fds {
+        let target = std::fs::read_link(fd.unwrap().path()).unwrap_or_default();
+        assert!(
+            !target.to_string_lossy().contains("/state/"),
+            "leaked {}",
+            target.display()
+        );
+    }
+    kill(Pid::from_raw(grandchild), Signal::SIGKILL).unwrap();
+}
