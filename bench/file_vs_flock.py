@@ -383,6 +383,10 @@ def main() -> int:
         ("uncontended `true` median (ms)", median(unc["lockrun"]), median(unc["flock"]),
          f"ratio <= {TARGET_RATIO}x", unc_ratio <= TARGET_RATIO),
         ("uncontended `true` p90 (ms)", p90(unc["lockrun"]), p90(unc["flock"]), "-", None),
+        # The same medians minus the cost of spawning bare `true` from this harness: what
+        # each tool itself adds (informational; the target is on the totals above).
+        ("  overhead over bare `true` (ms)", median(unc["lockrun"]) - floor,
+         median(unc["flock"]) - floor, "-", None),
         (f"contention {WORKERS}x{SECTIONS} total median (ms)", median(cont["lockrun"]),
          median(cont["flock"]), f"ratio <= {TARGET_RATIO}x", cont_ratio <= TARGET_RATIO),
         ("  per critical section (ms)", median(cont["lockrun"]) / (WORKERS * SECTIONS),

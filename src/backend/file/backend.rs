@@ -183,7 +183,9 @@ impl Backend for FileBackend {
         loop {
             let sent_at = BootInstant::now();
             if let Some(slot) = try_lock_any(&slots).map_err(|e| self.failed(&e))? {
-                drop(waiting);
+                if let Some((waiting, _timer)) = waiting {
+                    waiting.finish();
+                }
                 let file = slots.into_iter().nth(slot).expect("slot index is in range");
                 let lease = self
                     .hold(request, slot as u32, file, sent_at)
@@ -285,6 +287,18 @@ impl Waiting {
             inotify: crate::pollable::register(inotify)?,
             slot_names: slot_names.iter().cloned().collect(),
         })
+    }
+
+    /// Ends the wait: the waiter is no longer counted at once, and the inotify instance is closed
+    /// on a short-lived thread, because closing one makes the kernel wait for a grace period
+    /// (measured here at up to 20 ms) and the command must not start that much later.
+    fn finish(self) {
+        drop(self._registration);
+        let inotify = self.inotify.into_inner();
+        // If no thread can be started, the closure (and the instance) is dropped right here.
+        let _ = std::thread::Builder::new()
+            .name("inotify-close".into())
+            .spawn(move || drop(inotify));
     }
 
     /// Returns once one of our slot files has been closed by a writer (or events were lost).

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Runs lockrun's whole test suite: style checks, then every unit and integration test.
+# The backend tests start their own servers on free loopback ports; this script installs the server
+# packages first when they are missing (as root, with apt-get), so it works on a fresh machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+missing=()
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
+command -v setpriv >/dev/null 2>&1 || missing+=(util-linux)
+
+if ((${#missing[@]})); then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "installing: ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  else
+    echo "missing: ${missing[*]} — install them (or run this script as root on Debian/Ubuntu)" >&2
+    exit 1
+  fi
+fi
+
+cargo fmt --all -- --check
+cargo clippy --locked --all-targets -- -D warnings
+cargo test --locked --all-targets
