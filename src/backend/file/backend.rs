@@ -81,22 +81,24 @@ impl FileBackend {
         )
     }
 
-    /// Every held slot in the directory, by name: (holder, the limit its holder declared).
-    fn held_slots(&self) -> io::Result<BTreeMap<LockName, Vec<(HolderStatus, u32)>>> {
+    /// Reads the kernel's lock table and the directory once: every name's slots and holders.
+    fn snapshot(&self) -> io::Result<Snapshot> {
         let table = LockTable::read()?;
-        let mut held: BTreeMap<LockName, Vec<(HolderStatus, u32)>> = BTreeMap::new();
+        let mut names: BTreeMap<LockName, Slots> = BTreeMap::new();
         for file_name in self.dir.file_names()? {
             let Some((name, slot)) = paths::parse_slot_file(&file_name) else {
                 continue;
             };
+            let slots = names.entry(name).or_default();
+            slots.files += 1;
             if let Some(holder) = self.slot_holder(&table, &file_name, slot)? {
-                held.entry(name).or_default().push(holder);
+                slots.holders.push(holder);
             }
         }
-        for holders in held.values_mut() {
-            holders.sort_by_key(|(h, _)| h.slot);
+        for slots in names.values_mut() {
+            slots.holders.sort_by_key(|(h, _)| h.slot);
         }
-        Ok(held)
+        Ok(Snapshot { table, names })
     }
 
     fn slot_holder(
@@ -149,16 +151,39 @@ impl FileBackend {
         Ok(id.map_or(0, |id| table.shared_count(id)))
     }
 
-    fn to_status(name: &LockName, holders: Vec<(HolderStatus, u32)>, waiters: u32) -> LockStatus {
-        let limit = holders.iter().map(|(_, limit)| *limit).max().unwrap_or(1);
-        LockStatus {
+    /// NAME's status from a snapshot. The limit is the one its holders declared; for a free name,
+    /// the number of slot files (the largest limit it was used with).
+    fn status_in(&self, snapshot: &Snapshot, name: &LockName) -> io::Result<LockStatus> {
+        let slots = snapshot.names.get(name);
+        let holders = slots.map_or(&[][..], |s| &s.holders[..]);
+        let limit = holders
+            .iter()
+            .map(|(_, limit)| *limit)
+            .max()
+            .or(slots.map(|s| s.files))
+            .unwrap_or(1)
+            .max(1);
+        Ok(LockStatus {
             name: name.to_string(),
             held: !holders.is_empty(),
             limit,
-            waiters,
-            holders: holders.into_iter().map(|(h, _)| h).collect(),
-        }
+            waiters: self.waiters(name, &snapshot.table)?,
+            holders: holders.iter().map(|(h, _)| h.clone()).collect(),
+        })
     }
+}
+
+/// The kernel's locks and the directory's slot files, read once.
+struct Snapshot {
+    table: LockTable,
+    names: BTreeMap<LockName, Slots>,
+}
+
+/// One name's slot files and current holders (with the limit each declared).
+#[derive(Default)]
+struct Slots {
+    files: u32,
+    holders: Vec<(HolderStatus, u32)>,
 }
 
 #[async_trait]
@@ -217,27 +242,20 @@ impl Backend for FileBackend {
     }
 
     async fn status(&self, name: &LockName) -> Result<LockStatus, BackendError> {
-        let mut held = self.held_slots().map_err(|e| self.failed(&e))?;
-        let table = LockTable::read().map_err(|e| self.failed(&e))?;
-        let waiters = self.waiters(name, &table).map_err(|e| self.failed(&e))?;
-        Ok(Self::to_status(
-            name,
-            held.remove(name).unwrap_or_default(),
-            waiters,
-        ))
+        self.snapshot()
+            .and_then(|snapshot| self.status_in(&snapshot, name))
+            .map_err(|e| self.failed(&e))
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<LockStatus>, BackendError> {
-        let held = self.held_slots().map_err(|e| self.failed(&e))?;
-        let table = LockTable::read().map_err(|e| self.failed(&e))?;
-        let mut list = Vec::new();
-        for (name, holders) in held {
-            if name.as_str().starts_with(prefix) {
-                let waiters = self.waiters(&name, &table).map_err(|e| self.failed(&e))?;
-                list.push(Self::to_status(&name, holders, waiters));
-            }
-        }
-        Ok(list)
+        let snapshot = self.snapshot().map_err(|e| self.failed(&e))?;
+        snapshot
+            .names
+            .iter()
+            .filter(|(name, slots)| !slots.holders.is_empty() && name.as_str().starts_with(prefix))
+            .map(|(name, _)| self.status_in(&snapshot, name))
+            .collect::<io::Result<Vec<_>>>()
+            .map_err(|e| self.failed(&e))
     }
 
     async fn force_release(&self, name: &LockName) -> Result<usize, BackendError> {
