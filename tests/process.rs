@@ -234,3 +234,31 @@ fn a_background_grandchild_does_not_keep_the_lock() {
     }
     kill(Pid::from_raw(grandchild), Signal::SIGKILL).unwrap();
 }
+
+#[test]
+fn an_interactive_command_can_read_the_terminal() {
+    // In the foreground of a terminal, the command's own process group must be handed the
+    // terminal, or its first read would stop it (SIGTTIN) and the run would hang.
+    let env = FileEnv::new();
+    let inner = format!(
+        "{} --backend {} --name tty -- sh -c 'read line; echo got $line'",
+        common::BIN,
+        env.url()
+    );
+    let mut run = std::process::Command::new("script")
+        .args(["-qec", &inner, "/dev/null"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("script(1) from util-linux");
+    use std::io::Write;
+    run.stdin.take().unwrap().write_all(b"typed\n").unwrap();
+    let out = wait_exit(&mut run, Duration::from_secs(10));
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("got typed"),
+        "{}",
+        text(&out.stdout)
+    );
+}

@@ -16,6 +16,7 @@ use std::os::fd::BorrowedFd;
 use std::os::unix::process::CommandExt;
 
 use nix::sys::signal::{SigHandler, Signal, killpg, signal};
+use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
 use nix::unistd::{Pid, getpgrp, getpid, getppid, isatty, tcgetpgrp, tcsetpgrp};
 
 use crate::exit::{self, Error};
@@ -99,6 +100,41 @@ impl Child {
     /// Waits for the command itself to exit.
     pub async fn wait(&mut self) -> io::Result<std::process::ExitStatus> {
         self.process.wait().await
+    }
+
+    /// Whether the command's group was given lockrun's terminal.
+    pub fn owns_terminal(&self) -> bool {
+        self.owns_terminal
+    }
+
+    /// Job control for a command that owns the terminal: when it was stopped (Ctrl-Z, or reading
+    /// the terminal from the background), lockrun takes the terminal back and stops itself, so the
+    /// shell sees the whole job stopped; when the shell continues lockrun (`fg`, `bg`), the command
+    /// gets the terminal back and is continued. Call on SIGCHLD.
+    pub fn follow_stop(&self) {
+        if !self.owns_terminal {
+            return;
+        }
+        let flags = WaitPidFlag::WSTOPPED | WaitPidFlag::WNOHANG;
+        if !matches!(
+            waitid(Id::Pid(self.group), flags),
+            Ok(WaitStatus::Stopped(..))
+        ) {
+            return;
+        }
+        self.restore_terminal();
+        // Stops here until continued; a shell that resumes the job in the foreground has given
+        // lockrun's group the terminal again by then.
+        let _ = nix::sys::signal::raise(Signal::SIGTSTP);
+        if tcgetpgrp(stdin()).is_ok_and(|pgrp| pgrp == getpgrp()) {
+            let previous = ignore_sigttou();
+            let _ = tcsetpgrp(stdin(), self.group);
+            if let Some(previous) = previous {
+                // SAFETY: reinstates the disposition that was in place a moment ago.
+                let _ = unsafe { signal(Signal::SIGTTOU, previous) };
+            }
+        }
+        self.signal_group(Signal::SIGCONT);
     }
 
     /// Takes the terminal back after the command ended, if it was handed over.

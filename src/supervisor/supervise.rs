@@ -177,6 +177,14 @@ pub async fn supervise(
         BootTimer::new().map_err(|e| Error::internal(format!("cannot create a timer: {e}")))?;
     let mut renewal: Option<(BootInstant, RenewFuture<'_>)> = None;
     let mut signals_open = true;
+    // Stops of a command that owns the terminal are noticed through SIGCHLD.
+    let mut child_events = match child.owns_terminal() {
+        true => Some(
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())
+                .map_err(|e| Error::internal(format!("cannot watch the command: {e}")))?,
+        ),
+        false => None,
+    };
 
     let status = loop {
         let now = BootInstant::now();
@@ -207,6 +215,9 @@ pub async fn supervise(
                 }
                 None => signals_open = false,
             },
+            Some(()) = async { child_events.as_mut().expect("guarded by the condition").recv().await }, if child_events.is_some() => {
+                child.follow_stop();
+            }
             result = async { renewal.as_mut().expect("guarded by the condition").1.as_mut().await }, if renewal.is_some() => {
                 let (sent, _) = renewal.take().expect("renewal in flight");
                 keeper.on_renewal(child, sent, result);
