@@ -1,5 +1,6 @@
 //! The entry point: parse, resolve, run, and map every outcome to an exit status in one place.
 
+use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -17,7 +18,7 @@ pub const MISSING_COMMAND: &str =
 /// Runs lockrun with the process's arguments and returns its exit status.
 pub fn main() -> ExitCode {
     std::panic::set_hook(Box::new(|info| {
-        eprintln!("lockrun: internal error: {info}");
+        let _ = writeln!(std::io::stderr(), "lockrun: internal error: {info}");
         std::process::exit(exit::INTERNAL.into());
     }));
     let cli = match Cli::try_parse() {

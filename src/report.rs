@@ -1,7 +1,7 @@
 //! lockrun's own messages: always on stderr, always prefixed `lockrun:`, filtered by `-q`/`-v`.
 //! stdout belongs to the command alone.
 
-use std::io;
+use std::io::{self, Write};
 use std::sync::atomic::{AtomicU8, Ordering};
 
 /// Errors only.
@@ -33,7 +33,8 @@ pub fn enabled(level: u8) -> bool {
 /// Prints `lockrun: {message}` to stderr when `level` is enabled; errors use [`QUIET`].
 pub fn say(level: u8, message: std::fmt::Arguments<'_>) {
     if enabled(level) {
-        eprintln!("lockrun: {message}");
+        // A closed or broken stderr must not turn a message into a panic.
+        let _ = writeln!(io::stderr().lock(), "lockrun: {message}");
     }
 }
 
