@@ -86,7 +86,10 @@ impl BackendSpec {
     pub async fn open(&self) -> Result<Box<dyn Backend>, BackendError> {
         match self {
             BackendSpec::File { dir } => Ok(Box::new(super::file::FileBackend::open(dir)?)),
-            BackendSpec::Redis { .. } | BackendSpec::Etcd { .. } | BackendSpec::Postgres { .. } => {
+            BackendSpec::Redis { url, .. } => {
+                Ok(Box::new(super::redis::RedisBackend::open(url).await?))
+            }
+            BackendSpec::Etcd { .. } | BackendSpec::Postgres { .. } => {
                 Err(BackendError::Unsupported(format!(
                     "{}: this lockrun has no client for this backend yet; use file:// or a newer lockrun",
                     self.redacted()

@@ -1,0 +1,638 @@
+//! The `redis://` backend, driven through the real `lockrun` binary against a real `redis-server`
+//! started per test (never one that happens to run on the machine).
+
+mod common;
+mod support;
+
+use std::ffi::OsStr;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill, killpg};
+use nix::unistd::Pid;
+
+use common::{alive, code, lockrun, text, wait_exit, wait_for_file, wait_until};
+use support::proxy::Proxy;
+use support::redis_server::{RedisServer, free_port, make_certificates};
+
+/// Generous bound for things that should happen at once.
+const SOON: Duration = Duration::from_secs(10);
+
+/// One test's world: a server, a backend URL (maybe through a proxy) and a scratch directory.
+struct World {
+    server: RedisServer,
+    url: String,
+    scratch: tempfile::TempDir,
+}
+
+impl World {
+    fn new() -> Self {
+        Self::on(RedisServer::start())
+    }
+
+    fn on(server: RedisServer) -> Self {
+        World {
+            url: server.url(),
+            server,
+            scratch: tempfile::tempdir().expect("scratch dir"),
+        }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.scratch.path().join(name)
+    }
+
+    /// `lockrun --backend URL ARGS...`
+    fn cmd<I, S>(&self, args: I) -> Command
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let mut cmd = lockrun();
+        cmd.arg("--backend").arg(&self.url).args(args);
+        cmd.current_dir(self.scratch.path());
+        cmd
+    }
+
+    fn run<I, S>(&self, args: I) -> Output
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        self.cmd(args).output().expect("run lockrun")
+    }
+
+    fn spawn<I, S>(&self, args: I) -> Child
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        self.cmd(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn lockrun")
+    }
+
+    fn status(&self, name: &str) -> serde_json::Value {
+        let out = self.run(["status", name, "--json"]);
+        assert_eq!(code(&out), 0, "status failed: {}", text(&out.stderr));
+        serde_json::from_slice(&out.stdout).expect("status prints JSON")
+    }
+
+    /// Waits until `check` holds for NAME's status; returns that status.
+    fn wait_status(
+        &self,
+        name: &str,
+        what: &str,
+        check: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        let mut last = serde_json::Value::Null;
+        let reached = wait_until(SOON, || {
+            last = self.status(name);
+            check(&last)
+        });
+        assert!(reached, "{name} never {what}: {last}");
+        last
+    }
+
+    fn wait_held(&self, name: &str, holders: usize) -> serde_json::Value {
+        self.wait_status(name, &format!("had {holders} holder(s)"), |s| {
+            s["holders"].as_array().map_or(0, Vec::len) == holders
+        })
+    }
+
+    fn wait_waiters(&self, name: &str, waiters: u64) -> serde_json::Value {
+        self.wait_status(name, &format!("had {waiters} waiter(s)"), |s| {
+            s["waiters"] == waiters
+        })
+    }
+
+    /// Starts a holder of NAME whose command records its pid and token, then blocks until the
+    /// file `release` appears in the scratch directory (or until killed).
+    fn hold(&self, name: &str, tag: &str, extra: &[&str]) -> Holder {
+        self.hold_as(name, tag, extra, false)
+    }
+
+    /// [`World::hold`], with lockrun leading a process group of its own (so the test can stop
+    /// that whole group, as a paused VM would).
+    fn hold_as(&self, name: &str, tag: &str, extra: &[&str], own_group: bool) -> Holder {
+        let script = format!(
+            "echo $FENCING_TOKEN > {tag}.token; echo $$ > {tag}.pid; \
+             while [ ! -e {tag}.release ]; do sleep 0.02; done"
+        );
+        let mut args: Vec<&str> = vec!["--name", name];
+        args.extend_from_slice(extra);
+        args.extend(["--", "sh", "-c", &script]);
+        let mut cmd = self.cmd(&args);
+        if own_group {
+            cmd.process_group(0);
+        }
+        let process = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn lockrun");
+        let token = wait_for_file(&self.path(&format!("{tag}.token")), SOON);
+        let pid = wait_for_file(&self.path(&format!("{tag}.pid")), SOON);
+        Holder {
+            process,
+            token: token.trim().parse().expect("token is a number"),
+            child_pid: pid.trim().parse().expect("pid is a number"),
+            release: self.path(&format!("{tag}.release")),
+        }
+    }
+}
+
+/// A running holder started by [`World::hold`].
+struct Holder {
+    process: Child,
+    token: u64,
+    child_pid: i32,
+    release: PathBuf,
+}
+
+impl Holder {
+    /// Lets the command end normally.
+    fn finish(&mut self) -> Output {
+        std::fs::write(&self.release, "").expect("write release file");
+        wait_exit(&mut self.process, SOON)
+    }
+
+    fn signal(&self, signal: Signal) {
+        kill(Pid::from_raw(self.process.id() as i32), signal).expect("signal lockrun");
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        let _ = kill(Pid::from_raw(self.child_pid), Signal::SIGKILL);
+        let _ = self.process.kill();
+        let _ = self.process.wait();
+    }
+}
+
+fn tokens_in(path: &Path) -> Vec<u64> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| l.trim().parse().expect("token is a number"))
+        .collect()
+}
+
+#[test]
+fn tokens_reach_the_child_and_strictly_increase() {
+    let w = World::new();
+    for _ in 0..3 {
+        let out = w.run([
+            "--name",
+            "tok",
+            "--ttl",
+            "2s",
+            "--",
+            "sh",
+            "-c",
+            "echo $FENCING_TOKEN >> tokens; echo $LOCKRUN_NAME $LOCKRUN_TTL_MS $LOCKRUN_SLOT > env",
+        ]);
+        assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+        assert!(out.stdout.is_empty(), "lockrun wrote to stdout");
+    }
+    let tokens = tokens_in(&w.path("tokens"));
+    assert_eq!(tokens.len(), 3);
+    assert!(tokens.windows(2).all(|p| p[0] < p[1]), "{tokens:?}");
+    let env = std::fs::read_to_string(w.path("env")).unwrap();
+    assert_eq!(env.trim(), "tok 2000 0");
+    // The counter is stored as an exact integer, never in floating-point notation.
+    let stored = w.server.cli(&["HGET", "lockrun:{tok}:meta", "token"]);
+    assert_eq!(text(&stored.stdout).trim(), tokens[2].to_string());
+}
+
+#[test]
+fn busy_with_no_wait_exits_75_or_the_chosen_code() {
+    let w = World::new();
+    let _holder = w.hold("busy", "h", &["--ttl", "2s"]);
+    let out = w.run(["--name", "busy", "--no-wait", "--", "touch", "ran"]);
+    assert_eq!(code(&out), 75, "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("busy"), "{}", text(&out.stderr));
+    let out = w.run([
+        "--name",
+        "busy",
+        "--no-wait",
+        "--busy-exit-code",
+        "0",
+        "--",
+        "touch",
+        "ran",
+    ]);
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
+    assert!(
+        !w.path("ran").exists(),
+        "the command ran while the lock was busy"
+    );
+}
+
+#[test]
+fn wait_runs_out_and_leaves_the_line() {
+    let w = World::new();
+    let _holder = w.hold("slow", "h", &["--ttl", "2s"]);
+    let started = Instant::now();
+    let out = w.run(["--name", "slow", "--wait", "300ms", "--", "touch", "ran"]);
+    assert_eq!(code(&out), 75, "{}", text(&out.stderr));
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    assert!(!w.path("ran").exists());
+    assert_eq!(
+        w.status("slow")["waiters"],
+        0,
+        "a waiter that gave up stayed in line"
+    );
+}
+
+#[test]
+fn unreachable_server_exits_69_naming_the_endpoint_not_the_password() {
+    let port = free_port();
+    let started = Instant::now();
+    let out = lockrun()
+        .args(["--backend", &format!("redis://u:hunter2@127.0.0.1:{port}")])
+        .args(["--name", "x", "--", "touch", "/nonexistent/ran"])
+        .output()
+        .expect("run lockrun");
+    assert_eq!(code(&out), 69, "{}", text(&out.stderr));
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        started.elapsed()
+    );
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains(&format!("127.0.0.1:{port}")), "{stderr}");
+    assert!(!stderr.contains("hunter2"), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+}
+
+#[test]
+fn silent_server_at_start_exits_69_within_seconds() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    proxy.blackhole();
+    let started = Instant::now();
+    let out = lockrun()
+        .args(["--backend", &format!("redis://127.0.0.1:{}", proxy.port())])
+        .args(["--name", "x", "--", "touch", "/nonexistent/ran"])
+        .output()
+        .expect("run lockrun");
+    assert_eq!(code(&out), 69, "{}", text(&out.stderr));
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "took {:?}",
+        started.elapsed()
+    );
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(&format!("127.0.0.1:{}", proxy.port())),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn passwords_never_leak() {
+    let w = World::on(RedisServer::with_password("s3cr3t-pw"));
+    let out = w.run(["-v", "--name", "pw", "--", "sh", "-c", "env > env.txt"]);
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    let mut seen = text(&out.stderr);
+    seen += &std::fs::read_to_string(w.path("env.txt")).unwrap();
+
+    // Through the environment variable too: the child must not inherit it.
+    let out = lockrun()
+        .env("LOCKRUN_BACKEND", &w.url)
+        .current_dir(w.scratch.path())
+        .args(["-v", "--name", "pw", "--", "sh", "-c", "env > env2.txt"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    seen += &text(&out.stderr);
+    seen += &std::fs::read_to_string(w.path("env2.txt")).unwrap();
+
+    let _holder = w.hold("pw", "h", &["--ttl", "2s"]);
+    for args in [
+        vec!["status", "pw"],
+        vec!["status", "pw", "--json"],
+        vec!["list"],
+        vec!["list", "--json"],
+        vec!["-v", "--name", "pw", "--no-wait", "--", "true"],
+    ] {
+        let out = w.run(&args);
+        seen += &text(&out.stdout);
+        seen += &text(&out.stderr);
+    }
+    // A wrong password fails before anything runs, without echoing it.
+    let wrong = format!("redis://:wrong-pw@127.0.0.1:{}", w.server.port());
+    let out = lockrun()
+        .args(["--backend", &wrong, "--name", "pw", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 69, "{}", text(&out.stderr));
+    seen += &text(&out.stderr);
+    assert!(seen.contains("lockrun:"), "no messages were checked");
+    assert!(!seen.contains("s3cr3t-pw"), "password leaked: {seen}");
+    assert!(!seen.contains("wrong-pw"), "password leaked: {seen}");
+}
+
+#[test]
+fn status_and_list_show_holders_then_nothing() {
+    let w = World::new();
+    let mut holder = w.hold("ci/deploy", "h", &["--ttl", "2s", "--note", "deploy #42"]);
+    let status = w.wait_held("ci/deploy", 1);
+    assert_eq!(status["name"], "ci/deploy");
+    assert_eq!(status["held"], true);
+    assert_eq!(status["limit"], 1);
+    assert_eq!(status["waiters"], 0);
+    let h = &status["holders"][0];
+    assert_eq!(h["token"], holder.token);
+    assert_eq!(h["pid"], holder.process.id());
+    assert_eq!(h["note"], "deploy #42");
+    assert_eq!(h["slot"], 0);
+    let left = h["expires_in_ms"].as_u64().unwrap();
+    assert!(left > 0 && left <= 2000, "{left}");
+    assert!(h["acquired_at"].as_str().unwrap().ends_with('Z'));
+
+    let list: serde_json::Value =
+        serde_json::from_slice(&w.run(["list", "--json"]).stdout).unwrap();
+    assert_eq!(list.as_array().unwrap().len(), 1, "{list}");
+    assert_eq!(list[0]["name"], "ci/deploy");
+    let list: serde_json::Value =
+        serde_json::from_slice(&w.run(["list", "ci/", "--json"]).stdout).unwrap();
+    assert_eq!(list.as_array().unwrap().len(), 1, "{list}");
+    let list: serde_json::Value =
+        serde_json::from_slice(&w.run(["list", "other", "--json"]).stdout).unwrap();
+    assert_eq!(list, serde_json::json!([]));
+
+    assert_eq!(code(&holder.finish()), 0);
+    let status = w.status("ci/deploy");
+    assert_eq!(status["held"], false, "{status}");
+    assert_eq!(status["holders"], serde_json::json!([]));
+    let list: serde_json::Value =
+        serde_json::from_slice(&w.run(["list", "--json"]).stdout).unwrap();
+    assert_eq!(list, serde_json::json!([]));
+}
+
+/// Asserts the holder's command dies before the lease could have expired (`ttl` after the
+/// moment the server went away), and that lockrun then exits 76.
+fn assert_stopped_before_expiry(holder: &mut Holder, lost_at: Instant, ttl: Duration) {
+    let dead = wait_until(ttl * 2, || !alive(holder.child_pid));
+    let after = lost_at.elapsed();
+    assert!(dead, "the command was never stopped");
+    assert!(
+        after < ttl,
+        "the command outlived the lease: stopped {after:?} after the loss"
+    );
+    let out = wait_exit(&mut holder.process, SOON);
+    assert_eq!(code(&out), 76, "{}", text(&out.stderr));
+}
+
+#[test]
+fn server_killed_under_a_holder_stops_the_command_before_the_ttl() {
+    let mut w = World::new();
+    let ttl = Duration::from_secs(2);
+    let mut holder = w.hold("crash", "h", &["--ttl", "2s"]);
+    let lost_at = Instant::now();
+    w.server.kill();
+    assert_stopped_before_expiry(&mut holder, lost_at, ttl);
+}
+
+#[test]
+fn silent_network_stops_the_command_before_the_ttl() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let mut w = World::on(server);
+    w.url = format!("redis://127.0.0.1:{}", proxy.port());
+    let ttl = Duration::from_secs(2);
+    let mut holder = w.hold("silent", "h", &["--ttl", "2s"]);
+    let lost_at = Instant::now();
+    proxy.blackhole();
+    assert_stopped_before_expiry(&mut holder, lost_at, ttl);
+}
+
+#[test]
+fn paused_holder_is_overtaken_and_stops_at_once_without_releasing_the_new_holder() {
+    let w = World::new();
+    let mut stale = w.hold("pause", "a", &["--ttl", "1s"]);
+    stale.signal(Signal::SIGSTOP);
+    // The stale lease expires; a new holder gets a higher token.
+    let mut fresh = w.hold("pause", "b", &["--ttl", "2s", "--wait", "10s"]);
+    assert!(
+        fresh.token > stale.token,
+        "{} <= {}",
+        fresh.token,
+        stale.token
+    );
+    stale.signal(Signal::SIGCONT);
+    let out = wait_exit(&mut stale.process, SOON);
+    assert_eq!(code(&out), 76, "{}", text(&out.stderr));
+    assert!(!alive(stale.child_pid), "the stale command still runs");
+    let status = w.status("pause");
+    assert_eq!(status["holders"][0]["token"], fresh.token, "{status}");
+    assert_eq!(code(&fresh.finish()), 0);
+}
+
+#[test]
+fn paused_process_groups_are_overtaken_and_stop_at_once() {
+    let w = World::new();
+    let mut stale = w.hold_as("vm", "a", &["--ttl", "1s"], true);
+    // lockrun and its command each lead a group; both are frozen, as in a paused VM.
+    let groups = [stale.process.id() as i32, stale.child_pid];
+    for group in groups {
+        killpg(Pid::from_raw(group), Signal::SIGSTOP).expect("stop group");
+    }
+    let mut fresh = w.hold("vm", "b", &["--ttl", "2s", "--wait", "10s"]);
+    assert!(fresh.token > stale.token);
+    for group in groups {
+        killpg(Pid::from_raw(group), Signal::SIGCONT).expect("continue group");
+    }
+    let out = wait_exit(&mut stale.process, SOON);
+    assert_eq!(code(&out), 76, "{}", text(&out.stderr));
+    assert!(
+        wait_until(SOON, || !alive(stale.child_pid)),
+        "the stale command still runs"
+    );
+    assert_eq!(w.status("vm")["holders"][0]["token"], fresh.token);
+    assert_eq!(code(&fresh.finish()), 0);
+}
+
+#[test]
+fn token_rises_after_the_server_restarts_empty() {
+    let mut w = World::new();
+    let run = |w: &World| {
+        let out = w.run([
+            "--name",
+            "boot",
+            "--",
+            "sh",
+            "-c",
+            "echo $FENCING_TOKEN >> tokens",
+        ]);
+        assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    };
+    run(&w);
+    run(&w);
+    w.server.restart_empty();
+    let meta = w.server.cli(&["EXISTS", "lockrun:{boot}:meta"]);
+    assert_eq!(text(&meta.stdout).trim(), "0", "the restart kept the keys");
+    run(&w);
+    let tokens = tokens_in(&w.path("tokens"));
+    assert!(tokens.windows(2).all(|p| p[0] < p[1]), "{tokens:?}");
+}
+
+#[test]
+fn force_release_breaks_the_holder_within_a_renewal() {
+    let w = World::new();
+    let mut holder = w.hold("brk", "h", &["--ttl", "3s", "--renew", "500ms"]);
+    let released_at = Instant::now();
+    let out = w.run(["release", "brk", "--force"]);
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    let out = wait_exit(&mut holder.process, SOON);
+    assert_eq!(code(&out), 76, "{}", text(&out.stderr));
+    assert!(
+        released_at.elapsed() < Duration::from_secs(3),
+        "noticed only after {:?}",
+        released_at.elapsed()
+    );
+    // The counter survives a forced release.
+    let next = w.hold("brk", "n", &["--ttl", "2s"]);
+    assert!(next.token > holder.token);
+}
+
+#[test]
+fn waiters_are_served_in_arrival_order() {
+    let w = World::new();
+    let mut holder = w.hold("line", "h", &["--ttl", "2s"]);
+    let mut waiters = Vec::new();
+    for i in 0..5 {
+        let script = format!("echo {i} >> order");
+        waiters.push(w.spawn([
+            "--name", "line", "--ttl", "2s", "--wait", "30s", "--", "sh", "-c", &script,
+        ]));
+        w.wait_waiters("line", i + 1);
+    }
+    assert_eq!(code(&holder.finish()), 0);
+    for waiter in &mut waiters {
+        let out = wait_exit(waiter, Duration::from_secs(20));
+        assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    }
+    let order = std::fs::read_to_string(w.path("order")).unwrap();
+    assert_eq!(
+        order.split_whitespace().collect::<Vec<_>>(),
+        ["0", "1", "2", "3", "4"]
+    );
+}
+
+#[test]
+fn a_waiter_that_died_does_not_block_the_line() {
+    let w = World::new();
+    let mut holder = w.hold("dead", "h", &["--ttl", "2s"]);
+    let mut first = w.spawn(["--name", "dead", "--wait", "30s", "--", "touch", "first"]);
+    w.wait_waiters("dead", 1);
+    let mut second = w.spawn(["--name", "dead", "--wait", "30s", "--", "touch", "second"]);
+    w.wait_waiters("dead", 2);
+    first.kill().unwrap();
+    first.wait().unwrap();
+    assert_eq!(code(&holder.finish()), 0);
+    let out = wait_exit(&mut second, SOON);
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    assert!(w.path("second").exists() && !w.path("first").exists());
+}
+
+#[test]
+fn limit_three_runs_up_to_three_at_once() {
+    let w = World::new();
+    // Each command waits (briefly) until three have started, so the peak is reached if allowed.
+    let script = "echo \"+ $LOCKRUN_SLOT\" >> log; i=0; \
+                  while [ $(grep -c + log) -lt 3 ] && [ $i -lt 100 ]; do sleep 0.02; i=$((i+1)); done; \
+                  sleep 0.1; echo \"- $LOCKRUN_SLOT\" >> log";
+    let mut runners: Vec<Child> = (0..7)
+        .map(|_| {
+            w.spawn([
+                "--name", "sem", "--limit", "3", "--ttl", "2s", "--wait", "30s", "--", "sh", "-c",
+                script,
+            ])
+        })
+        .collect();
+    for runner in &mut runners {
+        let out = wait_exit(runner, Duration::from_secs(30));
+        assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    }
+    let log = std::fs::read_to_string(w.path("log")).unwrap();
+    let (mut running, mut peak) = (std::collections::HashSet::new(), 0);
+    for line in log.lines() {
+        let (sign, slot) = line.split_once(' ').unwrap();
+        let slot: u32 = slot.parse().unwrap();
+        assert!(slot < 3, "slot {slot}");
+        if sign == "+" {
+            assert!(
+                running.insert(slot),
+                "slot {slot} given twice at once:\n{log}"
+            );
+        } else {
+            running.remove(&slot);
+        }
+        peak = peak.max(running.len());
+    }
+    assert_eq!(peak, 3, "{log}");
+}
+
+#[test]
+fn a_waiter_gets_the_lock_when_the_holder_exits() {
+    let w = World::new();
+    let mut holder = w.hold("hand", "h", &["--ttl", "2s"]);
+    let mut waiter = w.spawn([
+        "--name",
+        "hand",
+        "--wait",
+        "20s",
+        "--",
+        "sh",
+        "-c",
+        "echo $FENCING_TOKEN > w.token",
+    ]);
+    w.wait_waiters("hand", 1);
+    assert_eq!(code(&holder.finish()), 0);
+    let out = wait_exit(&mut waiter, SOON);
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    let token: u64 = std::fs::read_to_string(w.path("w.token"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(token > holder.token);
+}
+
+#[test]
+fn rediss_connects_with_a_trusted_certificate_and_refuses_an_unknown_one() {
+    let certs = tempfile::tempdir().unwrap();
+    if !make_certificates(certs.path()) {
+        eprintln!("skipped: openssl could not make test certificates");
+        return;
+    }
+    let server = RedisServer::with_tls(certs.path());
+    let url = format!("rediss://localhost:{}", server.port());
+    let trusted = lockrun()
+        .env("SSL_CERT_FILE", certs.path().join("ca.crt"))
+        .args(["--backend", &url, "--name", "tls", "--", "sh", "-c"])
+        .arg("test -n \"$FENCING_TOKEN\"")
+        .output()
+        .unwrap();
+    assert_eq!(code(&trusted), 0, "{}", text(&trusted.stderr));
+    let untrusted = lockrun()
+        .env_remove("SSL_CERT_FILE")
+        .env_remove("SSL_CERT_DIR")
+        .args(["--backend", &url, "--name", "tls", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&untrusted), 69, "{}", text(&untrusted.stderr));
+    assert!(
+        text(&untrusted.stderr).contains(&format!("localhost:{}", server.port())),
+        "{}",
+        text(&untrusted.stderr)
+    );
+}

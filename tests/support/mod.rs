@@ -1,0 +1,7 @@
+//! Harness pieces for the networked-backend tests: real servers started per test, and a TCP proxy
+//! that can go silent.
+
+#![allow(dead_code)] // each test binary uses a different subset
+
+pub mod proxy;
+pub mod redis_server;
