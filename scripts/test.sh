@@ -9,6 +9,8 @@ missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
 command -v setpriv >/dev/null 2>&1 || missing+=(util-linux)
+command -v script >/dev/null 2>&1 || missing+=(bsdutils)
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 
 if ((${#missing[@]})); then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
