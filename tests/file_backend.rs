@@ -475,3 +475,47 @@ fn a_new_user_with_an_empty_home_gets_a_private_state_directory() {
         0o700
     );
 }
+
+#[test]
+fn a_state_directory_someone_else_could_rewrite_is_refused() {
+    let env = FileEnv::new();
+    let state = env.path().join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    let marker = env.scratch("ran");
+    let touch = ["--name", "x", "--", "touch", marker.to_str().unwrap()];
+
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let out = env.run(touch);
+    assert_eq!(code(&out), 69, "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("world-writable"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    // With the sticky bit, others cannot replace our files: that is a usable shared directory.
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    assert_eq!(code(&env.run(touch)), 0);
+    std::fs::remove_file(&marker).unwrap();
+
+    if nix::unistd::geteuid().is_root() {
+        // A directory (or a symlink to one) that another user owns could be theirs to rewrite.
+        std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o700)).unwrap();
+        nix::unistd::chown(&state, Some(65534.into()), None).unwrap();
+        let link = env.path().join("link");
+        std::os::unix::fs::symlink(&state, &link).unwrap();
+        let out = lockrun()
+            .arg("--backend")
+            .arg(format!("file://{}", link.display()))
+            .args(touch)
+            .output()
+            .unwrap();
+        assert_eq!(code(&out), 69, "{}", text(&out.stderr));
+        assert!(
+            text(&out.stderr).contains("owned by uid 65534"),
+            "{}",
+            text(&out.stderr)
+        );
+    }
+    assert!(!marker.exists());
+}

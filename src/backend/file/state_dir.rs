@@ -19,6 +19,28 @@ const DIR_MODE: u32 = 0o700;
 /// group-owned directory given with `file:///DIR`.
 const FILE_MODE: u32 = 0o660;
 
+/// Refuses a directory that someone else could have planted or could rewrite: it must belong to
+/// this user or root, and may be writable by everyone only with the sticky bit (as `/tmp` is).
+/// Following a symlink to the directory is fine; the directory it leads to is what is checked.
+fn check_trust(dir: &File) -> Result<(), String> {
+    let meta = dir.metadata().map_err(|e| crate::report::io_reason(&e))?;
+    let me = nix::unistd::geteuid().as_raw();
+    if meta.uid() != me && meta.uid() != 0 {
+        return Err(format!(
+            "refusing a state directory owned by uid {} (expected {me} or root)",
+            meta.uid()
+        ));
+    }
+    let mode = meta.mode();
+    if mode & 0o002 != 0 && mode & 0o1000 == 0 {
+        return Err(format!(
+            "refusing a world-writable state directory without the sticky bit (mode {:o})",
+            mode & 0o7777
+        ));
+    }
+    Ok(())
+}
+
 /// Identity of a file, to tell whether a path still names the inode a lock is held on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct FileId {
@@ -62,6 +84,12 @@ impl StateDir {
             Mode::empty(),
         )
         .map_err(|e| unreachable(e.into()))?;
+        check_trust(&File::from(fd.try_clone().map_err(unreachable)?)).map_err(|reason| {
+            BackendError::Unreachable {
+                endpoint: path.display().to_string(),
+                reason,
+            }
+        })?;
         Ok(StateDir {
             path: path.to_owned(),
             fd,
