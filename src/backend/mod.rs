@@ -7,6 +7,7 @@ mod api;
 mod file;
 #[cfg(test)]
 pub mod memory;
+mod postgres;
 mod redis;
 mod spec;
 

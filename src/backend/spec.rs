@@ -89,12 +89,13 @@ impl BackendSpec {
             BackendSpec::Redis { url, .. } => {
                 Ok(Box::new(super::redis::RedisBackend::open(url).await?))
             }
-            BackendSpec::Etcd { .. } | BackendSpec::Postgres { .. } => {
-                Err(BackendError::Unsupported(format!(
-                    "{}: this lockrun has no client for this backend yet; use file:// or a newer lockrun",
-                    self.redacted()
-                )))
+            BackendSpec::Postgres { url } => {
+                Ok(Box::new(super::postgres::PostgresBackend::open(url).await?))
             }
+            BackendSpec::Etcd { .. } => Err(BackendError::Unsupported(format!(
+                "{}: this lockrun has no client for this backend yet; use file:// or a newer lockrun",
+                self.redacted()
+            ))),
         }
     }
 }
@@ -170,12 +171,12 @@ pub fn redact(raw: &str) -> String {
     let Some((userinfo, hosts)) = authority.rsplit_once('@') else {
         return format!("{scheme}://{authority}{tail}");
     };
-    let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
-    let hidden = if userinfo.contains(':') || user.is_empty() {
-        format!("{user}:***")
-    } else {
-        // `redis://secret@host` passes the whole userinfo as the password.
-        "***".to_owned()
+    let hidden = match userinfo.split_once(':') {
+        Some((user, _)) => format!("{user}:***"),
+        // `redis://secret@host` passes the whole userinfo as the password (as redis-cli reads
+        // it); elsewhere a lone userinfo is a user name.
+        None if scheme.starts_with("redis") => "***".to_owned(),
+        None => userinfo.to_owned(),
     };
     format!("{scheme}://{hidden}@{hosts}{tail}")
 }
@@ -247,6 +248,8 @@ mod tests {
         assert_eq!(redact("redis://u:pw@h:1/0"), "redis://u:***@h:1/0");
         assert_eq!(redact("redis://:pw@h"), "redis://:***@h");
         assert_eq!(redact("redis://pw@h"), "redis://***@h");
+        assert_eq!(redact("postgres://app@h/db"), "postgres://app@h/db");
+        assert_eq!(redact("postgres://app:pw@h/db"), "postgres://app:***@h/db");
         assert_eq!(redact("etcd://u:p@a:1,b:2"), "etcd://u:***@a:1,b:2");
         assert_eq!(
             redact("postgres://h/db?user=x&password=pw"),

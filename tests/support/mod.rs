@@ -3,5 +3,6 @@
 
 #![allow(dead_code)] // each test binary uses a different subset
 
+pub mod postgres_server;
 pub mod proxy;
 pub mod redis_server;

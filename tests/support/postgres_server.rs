@@ -1,0 +1,386 @@
+//! A private PostgreSQL cluster per test: `initdb` into a temporary directory, `postgres` on a free
+//! loopback port with its socket in that directory and `fsync=off`, ready when `pg_isready` says
+//! so (polled, never a fixed sleep), killed on drop. It can be killed (SIGKILL to the postmaster
+//! and to every process it started — backends lead process groups of their own — so none lingers
+//! on the shared memory) and restarted on the same port with the same data, and paused with
+//! SIGSTOP. When the tests run as root, the server runs as the `postgres`
+//! user (or `nobody`), since PostgreSQL refuses to run as root.
+
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::{Pid, User};
+
+use crate::common::{alive, wait_until};
+
+/// The user name of the cluster's superuser.
+pub const SUPERUSER: &str = "postgres";
+
+/// A running `postgres` owned by one test.
+pub struct PgServer {
+    port: u16,
+    password: Option<String>,
+    tls: bool,
+    dir: tempfile::TempDir,
+    bin: PathBuf,
+    owner: Option<User>,
+    child: Option<Child>,
+}
+
+impl PgServer {
+    /// Starts a cluster that trusts every local connection.
+    pub fn start() -> Self {
+        Self::start_with(None, false)
+    }
+
+    /// Starts a cluster that requires `password` (scram-sha-256) for every connection.
+    pub fn with_password(password: &str) -> Self {
+        Self::start_with(Some(password.to_owned()), false)
+    }
+
+    /// Starts a cluster that also accepts TLS, with a certificate for `127.0.0.1` signed by a
+    /// private authority ([`PgServer::ca_file`]); needs the `openssl` command.
+    pub fn with_tls() -> Self {
+        Self::start_with(None, true)
+    }
+
+    fn start_with(password: Option<String>, tls: bool) -> Self {
+        let bin = bin_dir();
+        let owner = server_user();
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut server = PgServer {
+            port: 0,
+            password,
+            tls,
+            dir,
+            bin,
+            owner,
+            child: None,
+        };
+        server.initdb();
+        if tls {
+            server.make_certificates();
+        }
+        // Another process may take the port between probing and binding: try a few.
+        for _ in 0..5 {
+            server.port = free_port();
+            if server.launch() {
+                return server;
+            }
+        }
+        panic!(
+            "postgres did not start; log:\n{}",
+            std::fs::read_to_string(server.dir.path().join("postgres.log")).unwrap_or_default()
+        );
+    }
+
+    fn initdb(&self) {
+        let root = self.dir.path();
+        if let Some(user) = &self.owner {
+            nix::unistd::chown(root, Some(user.uid), Some(user.gid)).expect("chown temp dir");
+        }
+        let mut cmd = self.as_owner(self.bin.join("initdb"));
+        cmd.arg("-D").arg(root.join("data")).args([
+            "-U",
+            SUPERUSER,
+            "-E",
+            "UTF8",
+            "--no-sync",
+            "--no-instructions",
+        ]);
+        match &self.password {
+            Some(password) => {
+                let file = root.join("pwfile");
+                std::fs::write(&file, password).expect("write pwfile");
+                std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644))
+                    .expect("pwfile mode");
+                cmd.args(["-A", "scram-sha-256", "--pwfile"]).arg(&file);
+            }
+            None => {
+                cmd.args(["-A", "trust"]);
+            }
+        }
+        let out = cmd.output().expect("run initdb");
+        assert!(
+            out.status.success(),
+            "initdb failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let _ = std::fs::remove_file(root.join("pwfile"));
+    }
+
+    /// A private authority and a server certificate for `127.0.0.1`, readable by the server.
+    fn make_certificates(&self) {
+        let root = self.dir.path();
+        let openssl = |args: &[&str]| {
+            let out = Command::new("openssl")
+                .args(args)
+                .current_dir(root)
+                .output()
+                .expect("run openssl (is it installed?)");
+            assert!(
+                out.status.success(),
+                "openssl {args:?} failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        let ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2";
+        let run = |line: &str| openssl(&line.split(' ').collect::<Vec<_>>());
+        run(&format!(
+            "req -x509 {ec} -keyout ca.key -out ca.pem -subj /CN=lockrun-test-ca"
+        ));
+        std::fs::write(root.join("san.cnf"), "subjectAltName=IP:127.0.0.1\n").expect("san.cnf");
+        run(&format!(
+            "req {ec} -keyout server.key -out server.csr -subj /CN=127.0.0.1"
+        ));
+        run(
+            "x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem \
+             -days 2 -extfile san.cnf",
+        );
+        let key = root.join("server.key");
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).expect("key mode");
+        if let Some(user) = &self.owner {
+            for file in ["server.key", "server.pem"] {
+                nix::unistd::chown(&root.join(file), Some(user.uid), Some(user.gid))
+                    .expect("chown certificate");
+            }
+        }
+    }
+
+    /// The PEM file of the authority that signed the server's certificate.
+    pub fn ca_file(&self) -> PathBuf {
+        self.dir.path().join("ca.pem")
+    }
+
+    /// Spawns the server on `self.port` and waits until it accepts connections; false if it
+    /// exited.
+    fn launch(&mut self) -> bool {
+        let root = self.dir.path();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(root.join("postgres.log"))
+            .expect("open postgres.log");
+        let mut cmd = self.as_owner(self.bin.join("postgres"));
+        cmd.arg("-D")
+            .arg(root.join("data"))
+            .args(["-p", &self.port.to_string()])
+            .args(["-c", "listen_addresses=127.0.0.1"])
+            .arg("-c")
+            .arg(format!("unix_socket_directories={}", root.display()))
+            .args(["-c", "fsync=off", "-c", "full_page_writes=off"])
+            .args(["-c", "max_connections=60", "-c", "shared_buffers=16MB"]);
+        if self.tls {
+            cmd.args(["-c", "ssl=on"])
+                .arg("-c")
+                .arg(format!(
+                    "ssl_cert_file={}",
+                    root.join("server.pem").display()
+                ))
+                .arg("-c")
+                .arg(format!(
+                    "ssl_key_file={}",
+                    root.join("server.key").display()
+                ));
+        }
+        cmd.stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log fd"))
+            .stderr(log)
+            // Its own group, so a kill reaches every backend.
+            .process_group(0);
+        let mut child = cmd.spawn().expect("spawn postgres");
+        let port = self.port;
+        let isready = self.bin.join("pg_isready");
+        let ready = wait_until(Duration::from_secs(20), || {
+            if child.try_wait().ok().flatten().is_some() {
+                return true;
+            }
+            Command::new(&isready)
+                .args(["-q", "-h", "127.0.0.1", "-p", &port.to_string(), "-t", "1"])
+                .status()
+                .is_ok_and(|s| s.success())
+        });
+        if !ready || child.try_wait().ok().flatten().is_some() {
+            for pid in server_processes(child.id() as i32) {
+                let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+            }
+            let _ = child.wait();
+            return false;
+        }
+        self.child = Some(child);
+        true
+    }
+
+    /// A command run as the server's user (when the tests run as root).
+    fn as_owner(&self, program: PathBuf) -> Command {
+        let mut cmd = Command::new(program);
+        if let Some(user) = &self.owner {
+            cmd.uid(user.uid.as_raw()).gid(user.gid.as_raw());
+        }
+        cmd.env_remove("PGPASSWORD").env("LC_ALL", "C");
+        cmd
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `postgres://postgres@127.0.0.1:PORT/postgres` (with the password, if any).
+    pub fn url(&self) -> String {
+        self.url_on(self.port)
+    }
+
+    /// The URL, but for another port (a proxy in front of this server).
+    pub fn url_on(&self, port: u16) -> String {
+        match &self.password {
+            Some(password) => {
+                format!("postgres://{SUPERUSER}:{password}@127.0.0.1:{port}/postgres")
+            }
+            None => format!("postgres://{SUPERUSER}@127.0.0.1:{port}/postgres"),
+        }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().expect("server running").id() as i32
+    }
+
+    /// Kills the server and every backend (SIGKILL: no shutdown, crash recovery on restart).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let postmaster = child.id() as i32;
+            let processes = server_processes(postmaster);
+            for &pid in &processes {
+                let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+                let _ = kill(Pid::from_raw(pid), Signal::SIGCONT);
+            }
+            let _ = child.wait();
+            // Orphaned backends still attached to the shared memory would stop a restart.
+            wait_until(Duration::from_secs(10), || {
+                processes.iter().all(|&pid| !alive(pid))
+            });
+        }
+    }
+
+    /// Starts the server again on the same port with the same data.
+    pub fn restart(&mut self) {
+        self.kill();
+        assert!(
+            self.launch(),
+            "postgres did not restart on port {}; log:\n{}",
+            self.port,
+            std::fs::read_to_string(self.dir.path().join("postgres.log")).unwrap_or_default()
+        );
+    }
+
+    /// Freezes the server and its backends (SIGSTOP): connections stay open, nothing answers.
+    /// (Backends lead process groups of their own, so each is signalled.)
+    pub fn pause(&self) {
+        for pid in server_processes(self.pid()) {
+            kill(Pid::from_raw(pid), Signal::SIGSTOP).expect("SIGSTOP postgres");
+        }
+    }
+
+    pub fn resume(&self) {
+        for pid in server_processes(self.pid()).into_iter().rev() {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGCONT);
+        }
+    }
+
+    /// Runs one SQL text through `psql` (unaligned, tuples only) as the superuser.
+    pub fn psql(&self, sql: &str) -> Output {
+        let mut cmd = Command::new(self.bin.join("psql"));
+        cmd.args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1"])
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(["-U", SUPERUSER, "-d", "postgres", "-c", sql])
+            .env_remove("PGPASSWORD");
+        if let Some(password) = &self.password {
+            cmd.env("PGPASSWORD", password);
+        }
+        cmd.output().expect("run psql")
+    }
+
+    /// `psql`'s output for `sql`, trimmed; panics if it failed.
+    pub fn sql(&self, sql: &str) -> String {
+        let out = self.psql(sql);
+        assert!(
+            out.status.success(),
+            "psql failed on {sql:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    /// The directory holding `psql` and the other client programs.
+    pub fn bin(&self) -> &Path {
+        &self.bin
+    }
+}
+
+impl Drop for PgServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The postmaster first, then every process it started (backends and helpers).
+fn server_processes(postmaster: i32) -> Vec<i32> {
+    let mut pids = vec![postmaster];
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        // `pid (comm) state ppid ...`: the fields after the last `)`.
+        let ppid = stat
+            .rsplit(')')
+            .next()
+            .and_then(|rest| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<i32>().ok());
+        if ppid == Some(postmaster) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// The newest `/usr/lib/postgresql/*/bin` that has `initdb`.
+fn bin_dir() -> PathBuf {
+    let mut found: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let version = entry.file_name().to_string_lossy().parse::<u32>().ok()?;
+            let bin = entry.path().join("bin");
+            bin.join("initdb").exists().then_some((version, bin))
+        })
+        .collect();
+    found.sort();
+    found
+        .pop()
+        .map(|(_, bin)| bin)
+        .expect("no PostgreSQL server under /usr/lib/postgresql/*/bin (apt-get install postgresql)")
+}
+
+/// The user to run the server as: `postgres` (or `nobody`) when running as root, else ourselves.
+fn server_user() -> Option<User> {
+    if !nix::unistd::geteuid().is_root() {
+        return None;
+    }
+    ["postgres", "nobody"]
+        .into_iter()
+        .find_map(|name| User::from_name(name).ok().flatten())
+        .or_else(|| panic!("running as root, but there is no postgres or nobody user"))
+}
+
+/// A loopback port that nothing listens on right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("probe a free port")
+        .port()
+}
