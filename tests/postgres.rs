@@ -4,194 +4,17 @@
 mod common;
 mod support;
 
-use std::ffi::OsStr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 
 use common::{alive, code, lockrun, text, wait_exit, wait_for_file, wait_until};
 use support::postgres_server::{PgServer, free_port};
 use support::proxy::Proxy;
+use support::world::{SOON, assert_stopped_before_expiry, tokens_in};
 
-/// Generous bound for things that should happen at once.
-const SOON: Duration = Duration::from_secs(10);
-
-/// One test's world: a cluster, a backend URL (maybe through a proxy) and a scratch directory.
-struct World {
-    server: PgServer,
-    url: String,
-    scratch: tempfile::TempDir,
-}
-
-impl World {
-    fn new() -> Self {
-        Self::on(PgServer::start())
-    }
-
-    fn on(server: PgServer) -> Self {
-        World {
-            url: server.url(),
-            server,
-            scratch: tempfile::tempdir().expect("scratch dir"),
-        }
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.scratch.path().join(name)
-    }
-
-    /// `lockrun --backend URL ARGS...`
-    fn cmd<I, S>(&self, args: I) -> Command
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<OsStr>,
-    {
-        let mut cmd = lockrun();
-        cmd.arg("--backend").arg(&self.url).args(args);
-        cmd.current_dir(self.scratch.path());
-        cmd
-    }
-
-    fn run<I, S>(&self, args: I) -> Output
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<OsStr>,
-    {
-        self.cmd(args).output().expect("run lockrun")
-    }
-
-    fn spawn<I, S>(&self, args: I) -> Child
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<OsStr>,
-    {
-        self.cmd(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn lockrun")
-    }
-
-    fn status(&self, name: &str) -> serde_json::Value {
-        let out = self.run(["status", name, "--json"]);
-        assert_eq!(code(&out), 0, "status failed: {}", text(&out.stderr));
-        serde_json::from_slice(&out.stdout).expect("status prints JSON")
-    }
-
-    fn list(&self, args: &[&str]) -> serde_json::Value {
-        let out = self.run([&["list"], args, &["--json"]].concat());
-        assert_eq!(code(&out), 0, "list failed: {}", text(&out.stderr));
-        serde_json::from_slice(&out.stdout).expect("list prints JSON")
-    }
-
-    /// Waits until `check` holds for NAME's status; returns that status.
-    fn wait_status(
-        &self,
-        name: &str,
-        what: &str,
-        check: impl Fn(&serde_json::Value) -> bool,
-    ) -> serde_json::Value {
-        let mut last = serde_json::Value::Null;
-        let reached = wait_until(SOON, || {
-            last = self.status(name);
-            check(&last)
-        });
-        assert!(reached, "{name} never {what}: {last}");
-        last
-    }
-
-    fn wait_held(&self, name: &str, holders: usize) -> serde_json::Value {
-        self.wait_status(name, &format!("had {holders} holder(s)"), |s| {
-            s["holders"].as_array().map_or(0, Vec::len) == holders
-        })
-    }
-
-    fn wait_waiters(&self, name: &str, waiters: u64) -> serde_json::Value {
-        self.wait_status(name, &format!("had {waiters} waiter(s)"), |s| {
-            s["waiters"] == waiters
-        })
-    }
-
-    /// Starts a holder of NAME whose command records its pid and token, then blocks until the
-    /// file `TAG.release` appears in the scratch directory (or until killed).
-    fn hold(&self, name: &str, tag: &str, extra: &[&str]) -> Holder {
-        let script = format!(
-            "echo $FENCING_TOKEN > {tag}.token; echo $$ > {tag}.pid; \
-             while [ ! -e {tag}.release ]; do sleep 0.02; done"
-        );
-        self.hold_running(name, tag, extra, &script)
-    }
-
-    /// Starts a holder running `script`, which must write `TAG.token` and `TAG.pid` first.
-    fn hold_running(&self, name: &str, tag: &str, extra: &[&str], script: &str) -> Holder {
-        let mut args: Vec<&str> = vec!["--name", name];
-        args.extend_from_slice(extra);
-        args.extend(["--", "sh", "-c", script]);
-        let process = self.spawn(&args);
-        let token = wait_for_file(&self.path(&format!("{tag}.token")), SOON);
-        let pid = wait_for_file(&self.path(&format!("{tag}.pid")), SOON);
-        Holder {
-            process,
-            token: token.trim().parse().expect("token is a number"),
-            child_pid: pid.trim().parse().expect("pid is a number"),
-            release: self.path(&format!("{tag}.release")),
-        }
-    }
-}
-
-/// A running holder started by [`World::hold`].
-struct Holder {
-    process: Child,
-    token: u64,
-    child_pid: i32,
-    release: PathBuf,
-}
-
-impl Holder {
-    /// Lets the command end normally.
-    fn finish(&mut self) -> Output {
-        std::fs::write(&self.release, "").expect("write release file");
-        wait_exit(&mut self.process, SOON)
-    }
-
-    fn signal(&self, signal: Signal) {
-        kill(Pid::from_raw(self.process.id() as i32), signal).expect("signal lockrun");
-    }
-}
-
-impl Drop for Holder {
-    fn drop(&mut self) {
-        let _ = kill(Pid::from_raw(self.process.id() as i32), Signal::SIGCONT);
-        let _ = kill(Pid::from_raw(self.child_pid), Signal::SIGKILL);
-        let _ = self.process.kill();
-        let _ = self.process.wait();
-    }
-}
-
-fn tokens_in(path: &Path) -> Vec<u64> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(|l| l.trim().parse().expect("token is a number"))
-        .collect()
-}
-
-/// Asserts the holder's command dies before the lease could have expired (`ttl` after the
-/// moment the server went away), and that lockrun then exits 76.
-fn assert_stopped_before_expiry(holder: &mut Holder, lost_at: Instant, ttl: Duration) {
-    let dead = wait_until(ttl * 2, || !alive(holder.child_pid));
-    let after = lost_at.elapsed();
-    assert!(dead, "the command was never stopped");
-    assert!(
-        after < ttl,
-        "the command outlived the lease: stopped {after:?} after the loss"
-    );
-    let out = wait_exit(&mut holder.process, SOON);
-    assert_eq!(code(&out), 76, "{}", text(&out.stderr));
-}
+type World = support::world::World<PgServer>;
 
 #[test]
 fn tokens_reach_the_child_and_strictly_increase_across_a_restart() {
@@ -319,7 +142,7 @@ fn passwords_never_leak() {
     // Through the environment variable too: the child must not inherit it.
     let out = lockrun()
         .env("LOCKRUN_BACKEND", &w.url)
-        .current_dir(w.scratch.path())
+        .current_dir(w.dir())
         .args(["-v", "--name", "pw", "--", "sh", "-c", "env > env2.txt"])
         .output()
         .unwrap();

@@ -6,3 +6,4 @@
 pub mod postgres_server;
 pub mod proxy;
 pub mod redis_server;
+pub mod world;

@@ -384,3 +384,13 @@ pub fn free_port() -> u16 {
         .expect("probe a free port")
         .port()
 }
+
+impl super::world::Server for PgServer {
+    fn start() -> Self {
+        PgServer::start()
+    }
+
+    fn url(&self) -> String {
+        PgServer::url(self)
+    }
+}

@@ -253,3 +253,13 @@ fn answers_ping(port: u16) -> bool {
     let mut reply = [0u8; 64];
     matches!(stream.read(&mut reply), Ok(n) if n > 0 && (reply[0] == b'+' || reply[0] == b'-') && !reply[..n].starts_with(b"-LOADING"))
 }
+
+impl super::world::Server for RedisServer {
+    fn start() -> Self {
+        RedisServer::start()
+    }
+
+    fn url(&self) -> String {
+        RedisServer::url(self)
+    }
+}
