@@ -53,6 +53,24 @@ const BAD_INPUTS: &[(&[&str], &str)] = &[
     ),
     (&["--name", "x", "--backend", "etcd://host"], "host:port"),
     (&["--name", "x", "--backend", "not a url"], "backend"),
+    (
+        &[
+            "--name",
+            "x",
+            "--backend",
+            "postgres://h/db?lockrun_schema=Bad-Name",
+        ],
+        "schema",
+    ),
+    (
+        &[
+            "--name",
+            "x",
+            "--backend",
+            "postgres://h/db?sslmode=sometimes",
+        ],
+        "sslmode",
+    ),
     (&["--name", "x", "--bogus"], "--bogus"),
     (&["--ttl", "1s"], "--name"),
 ];

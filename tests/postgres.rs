@@ -453,9 +453,10 @@ fn the_schema_can_be_chosen_and_is_validated() {
     let out = w.run(["--name", "s", "--", "true"]);
     assert_eq!(code(&out), 0, "{}", text(&out.stderr));
     assert_eq!(w.server.sql("SELECT count(*) FROM jobs_locks.names"), "1");
+    // A bad schema is a usage error, judged before connecting.
     w.url = format!("{base}?lockrun_schema=Bad%22Name");
     let out = w.run(["--name", "s", "--", "touch", "ran"]);
-    assert_eq!(code(&out), 69, "{}", text(&out.stderr));
+    assert_eq!(code(&out), 64, "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("lockrun_schema"));
     assert!(!w.path("ran").exists());
 }

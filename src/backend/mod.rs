@@ -4,6 +4,7 @@
 //! them is decided once, from the URL, by [`BackendSpec::open`].
 
 mod api;
+mod etcd;
 mod file;
 #[cfg(test)]
 pub mod memory;

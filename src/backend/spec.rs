@@ -53,6 +53,8 @@ impl BackendSpec {
             "etcd" => parse_etcd(raw, rest),
             "postgres" | "postgresql" => {
                 url::Url::parse(raw).map_err(|e| bad_url(raw, e))?;
+                // lockrun's own query parameters and the client's syntax, judged before connecting.
+                super::postgres::Settings::parse(raw).map_err(|e| e.to_string())?;
                 Ok(BackendSpec::Postgres {
                     url: raw.to_owned(),
                 })
@@ -92,10 +94,9 @@ impl BackendSpec {
             BackendSpec::Postgres { url } => {
                 Ok(Box::new(super::postgres::PostgresBackend::open(url).await?))
             }
-            BackendSpec::Etcd { .. } => Err(BackendError::Unsupported(format!(
-                "{}: this lockrun has no client for this backend yet; use file:// or a newer lockrun",
-                self.redacted()
-            ))),
+            BackendSpec::Etcd { url, endpoints } => {
+                Ok(Box::new(super::etcd::EtcdBackend::open(url, endpoints)?))
+            }
         }
     }
 }

@@ -16,3 +16,4 @@ mod tls;
 mod waiting;
 
 pub use backend::PostgresBackend;
+pub use settings::Settings;

@@ -1,0 +1,271 @@
+//! Private etcd members per test (Debian's `etcd`, never one that happens to run on the machine):
+//! one member or a three-member cluster on free loopback ports (client and peer), data in a
+//! temporary directory, ready when `etcdctl endpoint health` passes on every member (polled, never a
+//! fixed sleep), killed on drop. A member can be killed, restarted on its ports with its data, and
+//! paused with SIGSTOP.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+use crate::common::wait_until;
+
+/// How long a member (or the whole cluster) may take to become healthy.
+const READY: Duration = Duration::from_secs(20);
+
+/// Raft timing: etcd's defaults (heartbeat 100 ms, election 1 s, so a 2 s minimum lease), or a
+/// faster one for clusters whose tests kill members (elections in about half a second).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Pace {
+    Default,
+    Fast,
+}
+
+struct Member {
+    name: String,
+    client_port: u16,
+    peer_port: u16,
+    child: Option<Child>,
+}
+
+/// A running etcd cluster owned by one test.
+pub struct EtcdCluster {
+    dir: tempfile::TempDir,
+    members: Vec<Member>,
+    pace: Pace,
+    token: String,
+    /// With TLS: the directory holding `ca.crt`, `server.crt` and `server.key`.
+    tls: Option<PathBuf>,
+    /// With TLS: whether clients must show a certificate signed by `ca.crt`.
+    client_auth: bool,
+}
+
+impl EtcdCluster {
+    /// One member, etcd's default timing.
+    pub fn single() -> Self {
+        Self::sized(1, Pace::Default)
+    }
+
+    /// Three members on loopback, fast elections.
+    pub fn three() -> Self {
+        Self::sized(3, Pace::Fast)
+    }
+
+    /// One member that speaks only TLS, with the certificates in `certs` (see
+    /// `redis_server::make_certificates`); with `client_auth`, clients must show a certificate
+    /// signed by the same CA (the server's own will do).
+    pub fn single_tls(certs: &Path, client_auth: bool) -> Self {
+        Self::start_with(1, Pace::Default, Some((certs.to_path_buf(), client_auth)))
+    }
+
+    /// `size` members with `pace`.
+    pub fn sized(size: usize, pace: Pace) -> Self {
+        Self::start_with(size, pace, None)
+    }
+
+    fn start_with(size: usize, pace: Pace, tls: Option<(PathBuf, bool)>) -> Self {
+        // Another process may take a probed port before etcd binds it: try a few times.
+        for attempt in 0..5 {
+            let mut cluster = EtcdCluster {
+                dir: tempfile::tempdir().expect("temp dir"),
+                members: (0..size)
+                    .map(|i| Member {
+                        name: format!("m{i}"),
+                        client_port: free_port(),
+                        peer_port: free_port(),
+                        child: None,
+                    })
+                    .collect(),
+                pace,
+                token: format!("lockrun-test-{}-{attempt}", std::process::id()),
+                tls: tls.as_ref().map(|(certs, _)| certs.clone()),
+                client_auth: tls.as_ref().is_some_and(|(_, auth)| *auth),
+            };
+            for i in 0..size {
+                cluster.launch(i);
+            }
+            let healthy = wait_until(READY, || {
+                cluster.members.iter_mut().all(|m| {
+                    m.child
+                        .as_mut()
+                        .is_some_and(|c| c.try_wait().ok().flatten().is_none())
+                }) && (0..size).all(|i| cluster.healthy(i))
+            });
+            if healthy {
+                return cluster;
+            }
+        }
+        panic!("etcd did not start (is the etcd-server package installed?)");
+    }
+
+    /// Spawns member `i` on its ports, with its data directory.
+    fn launch(&mut self, i: usize) {
+        let initial: Vec<String> = self
+            .members
+            .iter()
+            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer_port))
+            .collect();
+        let member = &self.members[i];
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let client = format!("{scheme}://127.0.0.1:{}", member.client_port);
+        let peer = format!("http://127.0.0.1:{}", member.peer_port);
+        let data = self.dir.path().join(&member.name);
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join(format!("{}.log", member.name)))
+            .expect("etcd log file");
+        let mut cmd = Command::new("etcd");
+        cmd.arg("--name")
+            .arg(&member.name)
+            .arg("--data-dir")
+            .arg(&data)
+            .args(["--listen-client-urls", &client])
+            .args(["--advertise-client-urls", &client])
+            .args(["--listen-peer-urls", &peer])
+            .args(["--initial-advertise-peer-urls", &peer])
+            .args(["--initial-cluster", &initial.join(",")])
+            .args(["--initial-cluster-token", &self.token])
+            .args(["--initial-cluster-state", "new"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log);
+        if let Some(certs) = &self.tls {
+            cmd.arg("--cert-file")
+                .arg(certs.join("server.crt"))
+                .arg("--key-file")
+                .arg(certs.join("server.key"));
+            if self.client_auth {
+                cmd.arg("--client-cert-auth")
+                    .arg("--trusted-ca-file")
+                    .arg(certs.join("ca.crt"));
+            }
+        }
+        if self.pace == Pace::Fast {
+            cmd.args(["--heartbeat-interval", "50", "--election-timeout", "500"]);
+        }
+        let child = cmd.spawn().expect("spawn etcd");
+        self.members[i].child = Some(child);
+    }
+
+    /// Whether member `i` answers a health check (which needs the quorum).
+    fn healthy(&self, i: usize) -> bool {
+        let mut cmd = Command::new("etcdctl");
+        if let Some(certs) = &self.tls {
+            cmd.arg("--cacert").arg(certs.join("ca.crt"));
+            if self.client_auth {
+                cmd.arg("--cert")
+                    .arg(certs.join("server.crt"))
+                    .arg("--key")
+                    .arg(certs.join("server.key"));
+            }
+        }
+        cmd.env("ETCDCTL_API", "3")
+            .args(["--endpoints", &self.endpoint(i)])
+            .args(["--command-timeout", "1s", "--dial-timeout", "1s"])
+            .args(["endpoint", "health"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
+    /// `127.0.0.1:PORT` of member `i`'s client URL.
+    pub fn endpoint(&self, i: usize) -> String {
+        format!("127.0.0.1:{}", self.members[i].client_port)
+    }
+
+    pub fn client_port(&self, i: usize) -> u16 {
+        self.members[i].client_port
+    }
+
+    /// `etcd://` with every member, member 0 first.
+    pub fn url(&self) -> String {
+        let endpoints: Vec<String> = (0..self.members.len()).map(|i| self.endpoint(i)).collect();
+        format!("etcd://{}", endpoints.join(","))
+    }
+
+    /// Kills member `i` (SIGKILL: no goodbye to its peers or clients).
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut child) = self.members[i].child.take() {
+            let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGCONT);
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts member `i` again on its ports, with its data; waits until it answers a health check
+    /// when `wait_healthy` (a member alone without its quorum never does).
+    pub fn restart(&mut self, i: usize, wait_healthy: bool) {
+        self.kill(i);
+        self.launch(i);
+        if wait_healthy {
+            assert!(
+                wait_until(READY, || self.healthy(i)),
+                "etcd member {i} did not come back"
+            );
+        }
+    }
+
+    /// Freezes member `i` (SIGSTOP): it keeps its connections but answers nothing.
+    pub fn pause(&self, i: usize) {
+        if let Some(child) = &self.members[i].child {
+            kill(Pid::from_raw(child.id() as i32), Signal::SIGSTOP).expect("SIGSTOP etcd");
+        }
+    }
+
+    pub fn resume(&self, i: usize) {
+        if let Some(child) = &self.members[i].child {
+            kill(Pid::from_raw(child.id() as i32), Signal::SIGCONT).expect("SIGCONT etcd");
+        }
+    }
+
+    /// Runs `etcdctl` (API v3) against every member.
+    pub fn etcdctl(&self, args: &[&str]) -> Output {
+        let endpoints: Vec<String> = (0..self.members.len()).map(|i| self.endpoint(i)).collect();
+        Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .args(["--endpoints", &endpoints.join(",")])
+            .args(["--command-timeout", "3s"])
+            .args(args)
+            .output()
+            .expect("run etcdctl")
+    }
+
+    /// The members' logs, for failure messages.
+    pub fn log(&self, i: usize) -> PathBuf {
+        self.dir
+            .path()
+            .join(format!("{}.log", self.members[i].name))
+    }
+}
+
+impl Drop for EtcdCluster {
+    fn drop(&mut self) {
+        for i in 0..self.members.len() {
+            self.kill(i);
+        }
+    }
+}
+
+impl super::world::Server for EtcdCluster {
+    fn start() -> Self {
+        EtcdCluster::single()
+    }
+
+    fn url(&self) -> String {
+        EtcdCluster::url(self)
+    }
+}
+
+/// A loopback port that nothing listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("probe a free port")
+        .port()
+}
