@@ -16,4 +16,4 @@ pub use api::{
     AcquireRequest, Backend, BackendError, Grant, HolderInfo, HolderStatus, Lease, LockStatus,
     RenewError, Renewal,
 };
-pub use spec::{BackendSpec, default_state_dir, has_secret, redact};
+pub use spec::{BackendSpec, default_state_dir, has_secret, percent_decode, redact};

@@ -197,6 +197,14 @@ fn redact_query(tail: &str) -> String {
     format!("{path}?{}", query.join("&"))
 }
 
+/// `%XX` escapes in a URL part decoded (a `+` stays a `+`, as libpq and redis-cli read it);
+/// malformed escapes are kept as written.
+pub fn percent_decode(raw: &str) -> String {
+    percent_encoding::percent_decode_str(raw)
+        .decode_utf8_lossy()
+        .into_owned()
+}
+
 /// Whether `raw` carries a secret that must not reach a child's environment.
 pub fn has_secret(raw: &str) -> bool {
     redact(raw) != raw

@@ -12,7 +12,9 @@ use async_trait::async_trait;
 
 use super::link::{Link, Tls};
 use super::{acquire, inspect};
-use crate::backend::{AcquireRequest, Backend, BackendError, Lease, LockStatus, redact};
+use crate::backend::{
+    AcquireRequest, Backend, BackendError, Lease, LockStatus, percent_decode, redact,
+};
 use crate::name::LockName;
 
 /// An etcd cluster.
@@ -111,30 +113,6 @@ impl Backend for EtcdBackend {
     async fn force_release(&self, name: &LockName) -> Result<usize, BackendError> {
         inspect::force_release(&self.link, name).await
     }
-}
-
-/// `%XX` escapes decoded, as written in a URL's user information or query.
-fn percent_decode(raw: &str) -> String {
-    let bytes = raw.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while let Some(&byte) = bytes.get(i) {
-        let hex = bytes
-            .get(i + 1..i + 3)
-            .and_then(|h| std::str::from_utf8(h).ok())
-            .and_then(|h| u8::from_str_radix(h, 16).ok());
-        match (byte, hex) {
-            (b'%', Some(decoded)) => {
-                out.push(decoded);
-                i += 3;
-            }
-            _ => {
-                out.push(byte);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(test)]

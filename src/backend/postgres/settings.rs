@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use tokio_postgres::config::{Host, SslMode};
 
-use crate::backend::BackendError;
+use crate::backend::{BackendError, percent_decode};
 
 const DEFAULT_SCHEMA: &str = "lockrun";
 const MAX_SCHEMA_LEN: usize = 40;
@@ -68,10 +68,10 @@ impl Settings {
         let mut roots = None;
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-            match decode(key).as_str() {
-                "lockrun_schema" => schema = decode(value),
-                "sslmode" => sslmode = decode(value),
-                "sslrootcert" => roots = Some(decode(value)),
+            match percent_decode(key).as_str() {
+                "lockrun_schema" => schema = percent_decode(value),
+                "sslmode" => sslmode = percent_decode(value),
+                "sslrootcert" => roots = Some(percent_decode(value)),
                 _ => kept.push(pair),
             }
         }
@@ -159,7 +159,7 @@ fn secrets_of(url: &str) -> Vec<String> {
     if let Ok(parsed) = url::Url::parse(url) {
         if let Some(raw) = parsed.password() {
             secrets.push(raw.to_owned());
-            secrets.push(decode(raw));
+            secrets.push(percent_decode(raw));
         }
         for (key, value) in parsed.query_pairs() {
             if key.eq_ignore_ascii_case("password") {
@@ -173,7 +173,7 @@ fn secrets_of(url: &str) -> Vec<String> {
                 && key.eq_ignore_ascii_case("password")
             {
                 secrets.push(value.to_owned());
-                secrets.push(decode(value));
+                secrets.push(percent_decode(value));
             }
         }
     }
@@ -196,30 +196,6 @@ fn validate_schema(schema: &str) -> Result<(), BackendError> {
              not starting with a digit or pg_"
         ))),
     }
-}
-
-/// `%XX` escapes decoded (and `+` kept as is, as libpq does).
-fn decode(raw: &str) -> String {
-    let bytes = raw.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while let Some(&byte) = bytes.get(i) {
-        let hex = bytes
-            .get(i + 1..i + 3)
-            .and_then(|h| std::str::from_utf8(h).ok())
-            .and_then(|h| u8::from_str_radix(h, 16).ok());
-        match (byte, hex) {
-            (b'%', Some(decoded)) => {
-                out.push(decoded);
-                i += 3;
-            }
-            _ => {
-                out.push(byte);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// `text` without any of `secrets`, as a lowercase fragment without an `(os error N)` tail.

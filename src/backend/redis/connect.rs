@@ -17,7 +17,7 @@ use redis::io::tcp::TcpSettings;
 use redis::{AsyncConnectionConfig, Client, Cmd, FromRedisValue, IntoConnectionInfo};
 use redis::{RedisError, RedisResult, ScriptInvocation};
 
-use crate::backend::BackendError;
+use crate::backend::{BackendError, percent_decode};
 
 /// Longest wait for a connection when the backend is opened.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -262,30 +262,6 @@ fn lowercase_first(text: &str) -> String {
         }
         _ => text.to_owned(),
     }
-}
-
-/// `%XX` escapes decoded, as the client does with a password in the URL.
-fn percent_decode(raw: &str) -> String {
-    let bytes = raw.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = bytes
-            .get(i + 1..i + 3)
-            .and_then(|h| std::str::from_utf8(h).ok())
-            .and_then(|h| u8::from_str_radix(h, 16).ok());
-        match (bytes[i], hex) {
-            (b'%', Some(byte)) => {
-                out.push(byte);
-                i += 3;
-            }
-            (byte, _) => {
-                out.push(byte);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 fn show(d: Duration) -> String {
