@@ -55,6 +55,7 @@ pub async fn run(config: RunConfig) -> Result<u8, Error> {
             ("LOCKRUN_SLOT".into(), grant.slot.to_string()),
         ],
         env_remove: secret_variables(),
+        sole_child: true,
     };
     let mut child = match Child::spawn(launch) {
         Ok(child) => child,

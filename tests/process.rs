@@ -262,3 +262,101 @@ fn an_interactive_command_can_read_the_terminal() {
         text(&out.stdout)
     );
 }
+
+/// Starts a holder of NAME whose command runs `script`, waits for `ready`, then breaks the lease
+/// by removing the lock file; returns lockrun's output.
+fn lose_lease_while(
+    env: &FileEnv,
+    name: &str,
+    script: &str,
+    ready: &std::path::Path,
+) -> std::process::Output {
+    let mut run = env.spawn([
+        "--name",
+        name,
+        "--ttl",
+        "900ms",
+        "--kill-after",
+        "200ms",
+        "--",
+        "sh",
+        "-c",
+        script,
+    ]);
+    wait_for_file(ready, Duration::from_secs(10));
+    std::fs::remove_file(env.path().join(format!("state/{name}.lock"))).unwrap();
+    wait_exit(&mut run, Duration::from_secs(10))
+}
+
+#[test]
+fn a_lost_lease_stops_descendants_that_left_the_process_group() {
+    let env = FileEnv::new();
+    let pid_file = env.scratch("daemon.pid");
+    // A daemon in a session of its own, deaf to TERM: only lockrun's subreaper sweep reaches it.
+    let script = format!(
+        "setsid sh -c 'trap \"\" TERM; echo $$ > {p}; while :; do sleep 0.05; done' >/dev/null 2>&1 &
+         while :; do sleep 0.05; done",
+        p = pid_file.display()
+    );
+    let out = lose_lease_while(&env, "daemon", &script, &pid_file);
+    assert_eq!(code(&out), 76, "{}", text(&out.stderr));
+    let daemon: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(5), || !alive(daemon)),
+        "the daemon outlived the lost lease"
+    );
+}
+
+#[test]
+fn a_lost_lease_kills_group_members_that_ignore_term_after_the_leader_exits() {
+    let env = FileEnv::new();
+    let pid_file = env.scratch("stubborn.pid");
+    // The leader dies of TERM at once; its background sibling ignores TERM.
+    let script = format!(
+        "sh -c 'trap \"\" TERM; echo $$ > {p}; while :; do sleep 0.05; done' >/dev/null 2>&1 &
+         exec sleep 30",
+        p = pid_file.display()
+    );
+    let out = lose_lease_while(&env, "stubborn", &script, &pid_file);
+    assert_eq!(code(&out), 76, "{}", text(&out.stderr));
+    let stubborn: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        !alive(stubborn),
+        "a group member outlived lockrun after a lost lease"
+    );
+}
+
+#[test]
+fn after_a_normal_exit_background_descendants_keep_running_without_the_lock() {
+    let env = FileEnv::new();
+    let pid_file = env.scratch("daemon.pid");
+    let script = format!(
+        "setsid sh -c 'echo $$ > {p}; exec sleep 30' >/dev/null 2>&1 & \
+         while [ ! -s {p} ]; do sleep 0.01; done",
+        p = pid_file.display()
+    );
+    let out = env.run(["--name", "leave", "--", "sh", "-c", &script]);
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    let daemon: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        alive(daemon),
+        "a normal exit must not kill what the command left running"
+    );
+    assert_eq!(
+        code(&env.run(["--name", "leave", "--no-wait", "--", "true"])),
+        0
+    );
+    kill(Pid::from_raw(daemon), Signal::SIGKILL).unwrap();
+}

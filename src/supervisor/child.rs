@@ -29,6 +29,10 @@ pub struct Launch<'a> {
     pub env: Vec<(String, String)>,
     /// Variables to remove from the inherited environment (secrets).
     pub env_remove: Vec<String>,
+    /// Whether every descendant of this process belongs to the command: then lockrun becomes a
+    /// child subreaper and, on a lost lease, sweeps descendants that left the command's group. A
+    /// process that runs other children besides the command (a test harness) must say no.
+    pub sole_child: bool,
 }
 
 /// The running command.
@@ -36,6 +40,7 @@ pub struct Child {
     process: tokio::process::Child,
     group: Pid,
     owns_terminal: bool,
+    sole_child: bool,
 }
 
 impl Child {
@@ -50,6 +55,9 @@ impl Child {
         command.process_group(0);
         let parent = getpid();
         let take_terminal = lockrun_owns_terminal();
+        if launch.sole_child {
+            super::descendants::become_subreaper();
+        }
         // SAFETY: the closure runs in the forked child before exec and only makes async-signal-safe
         // system calls (prctl, getppid, kill, signal, tcsetpgrp); it allocates nothing.
         unsafe {
@@ -78,6 +86,7 @@ impl Child {
             process,
             group: Pid::from_raw(pid as i32),
             owns_terminal: take_terminal,
+            sole_child: launch.sole_child,
         })
     }
 
@@ -94,6 +103,32 @@ impl Child {
                 "cannot send {signal} to the command's process group: {}",
                 e.desc()
             ),
+        }
+    }
+
+    /// Sends `signal` to the command's process group and to every other descendant of lockrun,
+    /// including those that left the group: how a command is stopped when the lease is lost.
+    pub fn signal_everything(&self, signal: Signal) {
+        self.signal_group(signal);
+        if self.sole_child {
+            super::descendants::signal_outside(self.group, signal);
+        }
+    }
+
+    /// Reaps exited orphans that were reparented to lockrun.
+    pub fn reap_orphans(&self) {
+        if self.sole_child {
+            super::descendants::reap_orphans(self.group);
+        }
+    }
+
+    /// Whether anything the command started is still running (the command itself excluded once
+    /// it was waited for). Without `sole_child`, only the command's group is looked at.
+    pub fn descendants_alive(&self) -> bool {
+        if self.sole_child {
+            super::descendants::any_alive()
+        } else {
+            killpg(self.group, None).is_ok()
         }
     }
 

@@ -2,6 +2,7 @@
 //! time when the lease cannot be kept.
 
 mod child;
+mod descendants;
 mod signals;
 mod supervise;
 #[cfg(test)]

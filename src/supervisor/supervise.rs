@@ -32,6 +32,8 @@ pub enum Outcome {
 /// Longest wait for the release after the command ended: the lease expires by itself anyway.
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
 const MIN_RETRY: Duration = Duration::from_millis(20);
+/// How often the descendants of a command stopped for a lost lease are looked for.
+const SWEEP_INTERVAL: Duration = Duration::from_millis(20);
 const MAX_RETRY: Duration = Duration::from_secs(1);
 
 type RenewFuture<'a> = Pin<Box<dyn Future<Output = Result<Renewal, RenewError>> + Send + 'a>>;
@@ -75,7 +77,7 @@ impl Keeper {
             return;
         }
         crate::error!("{reason}; stopping the command");
-        child.signal_group(Signal::SIGTERM);
+        child.signal_everything(Signal::SIGTERM);
         let mut kill_at = now + self.timing.kill_after;
         if let Some(expiry) = self.expiry {
             kill_at = kill_at.min(expiry.saturating_sub(self.timing.margin()));
@@ -89,7 +91,7 @@ impl Keeper {
     /// Kills the command at once: the lease is already gone.
     fn kill_now(&mut self, child: &Child, reason: String) {
         crate::error!("{reason}; killing the command");
-        child.signal_group(Signal::SIGKILL);
+        child.signal_everything(Signal::SIGKILL);
         self.stopping = Some(Stopping {
             reason,
             kill_at: None,
@@ -102,7 +104,7 @@ impl Keeper {
         if let Some(stopping) = &mut self.stopping {
             if stopping.kill_at.is_some_and(|k| now >= k) {
                 stopping.kill_at = None;
-                child.signal_group(Signal::SIGKILL);
+                child.signal_everything(Signal::SIGKILL);
             }
             return false;
         }
@@ -177,14 +179,10 @@ pub async fn supervise(
         BootTimer::new().map_err(|e| Error::internal(format!("cannot create a timer: {e}")))?;
     let mut renewal: Option<(BootInstant, RenewFuture<'_>)> = None;
     let mut signals_open = true;
-    // Stops of a command that owns the terminal are noticed through SIGCHLD.
-    let mut child_events = match child.owns_terminal() {
-        true => Some(
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())
-                .map_err(|e| Error::internal(format!("cannot watch the command: {e}")))?,
-        ),
-        false => None,
-    };
+    // SIGCHLD: a command that owns the terminal was stopped, or an orphan reparented to lockrun
+    // exited and must be reaped.
+    let mut child_events = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())
+        .map_err(|e| Error::internal(format!("cannot watch the command: {e}")))?;
 
     let status = loop {
         let now = BootInstant::now();
@@ -215,8 +213,9 @@ pub async fn supervise(
                 }
                 None => signals_open = false,
             },
-            Some(()) = async { child_events.as_mut().expect("guarded by the condition").recv().await }, if child_events.is_some() => {
+            Some(()) = child_events.recv() => {
                 child.follow_stop();
+                child.reap_orphans();
             }
             result = async { renewal.as_mut().expect("guarded by the condition").1.as_mut().await }, if renewal.is_some() => {
                 let (sent, _) = renewal.take().expect("renewal in flight");
@@ -229,6 +228,9 @@ pub async fn supervise(
     };
     drop(renewal);
     child.restore_terminal();
+    if let Some(stopping) = &keeper.stopping {
+        finish_stop(stopping.kill_at, child, &mut timer).await;
+    }
 
     // The lease must have covered the whole run: a command that ended after the lease did (lockrun
     // was paused meanwhile) ran unprotected for a while, and that is reported as a loss.
@@ -250,6 +252,32 @@ pub async fn supervise(
         Some(stopping) => Outcome::LeaseLost(stopping.reason),
         None => Outcome::Exited(exit::from_wait_status(status)),
     })
+}
+
+/// The command exited while being stopped; its descendants got the same TERM. Waits for them
+/// until the KILL is due, then kills whatever is left, so nothing the command started outlives a
+/// lost lease.
+async fn finish_stop(kill_at: Option<BootInstant>, child: &Child, timer: &mut BootTimer) {
+    let deadline = kill_at.unwrap_or_else(BootInstant::now);
+    loop {
+        child.reap_orphans();
+        if !child.descendants_alive() {
+            return;
+        }
+        let now = BootInstant::now();
+        if now >= deadline {
+            child.signal_everything(Signal::SIGKILL);
+            return;
+        }
+        if timer
+            .sleep_until(Some((now + SWEEP_INTERVAL).min(deadline)))
+            .await
+            .is_err()
+        {
+            child.signal_everything(Signal::SIGKILL);
+            return;
+        }
+    }
 }
 
 /// Gives the lease back (owner-checked by the backend), without letting a dead backend hold up

@@ -22,6 +22,8 @@ fn sh(script: &str) -> Child {
         args: &args,
         env: Vec::new(),
         env_remove: Vec::new(),
+        // Tests run side by side in one process: each must touch only its own command.
+        sole_child: false,
     })
     .expect("spawn sh")
 }
