@@ -142,23 +142,23 @@ fn a_command_without_the_separator_is_refused_with_a_hint() {
 
 #[test]
 fn passwords_in_bad_urls_are_not_echoed() {
-    let out = lockrun()
-        .args([
-            "--name",
-            "x",
-            "--backend",
-            "ftp://user:hunter2@host/",
-            "--",
-            "true",
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(code(&out), 64);
-    assert!(
-        !text(&out.stderr).contains("hunter2"),
-        "{}",
-        text(&out.stderr)
-    );
+    // A bad scheme, no scheme at all, and a scheme broken by a stray comma.
+    for url in [
+        "ftp://user:hunter2@host/",
+        "user:hunter2@host:6379",
+        "x:hunter2@h,redis://y",
+    ] {
+        let out = lockrun()
+            .args(["--name", "x", "--backend", url, "--", "true"])
+            .output()
+            .unwrap();
+        assert_eq!(code(&out), 64);
+        assert!(
+            !text(&out.stderr).contains("hunter2"),
+            "{}",
+            text(&out.stderr)
+        );
+    }
 }
 
 #[test]

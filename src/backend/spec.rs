@@ -59,8 +59,12 @@ impl BackendSpec {
                     url: raw.to_owned(),
                 })
             }
-            other => Err(format!(
+            other if is_scheme(other) => Err(format!(
                 "unknown backend scheme {other:?} in {:?}: use file, redis, rediss, etcd, postgres or postgresql",
+                redact(raw)
+            )),
+            _ => Err(format!(
+                "invalid backend {:?}: expected a URL such as file:///var/lib/lockrun or redis://host:6379",
                 redact(raw)
             )),
         }
@@ -163,8 +167,16 @@ pub fn default_state_dir() -> Result<PathBuf, String> {
 /// `raw` with the password of its authority (`user:password@`) replaced by `***`. Works on text
 /// that is not a valid URL too, since invalid URLs are quoted in usage errors.
 pub fn redact(raw: &str) -> String {
-    let Some((scheme, rest)) = raw.split_once("://") else {
-        return raw.to_owned();
+    let Some((scheme, rest)) = raw
+        .split_once("://")
+        .filter(|(scheme, _)| is_scheme(scheme))
+    else {
+        // Not a URL that can be read: a password typed without a scheme (`user:pw@host`) must
+        // still not show, so everything before the last `@` goes.
+        return match raw.rsplit_once('@') {
+            Some((_, host)) => format!("***@{host}"),
+            None => raw.to_owned(),
+        };
     };
     let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let (authority, tail) = rest.split_at(end);
@@ -180,6 +192,14 @@ pub fn redact(raw: &str) -> String {
         None => userinfo.to_owned(),
     };
     format!("{scheme}://{hidden}@{hosts}{tail}")
+}
+
+/// Whether `text` can be a URL scheme (RFC 3986: a letter, then letters, digits, `+`, `-`, `.`).
+fn is_scheme(text: &str) -> bool {
+    text.starts_with(|c: char| c.is_ascii_alphabetic())
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
 }
 
 /// Hides `password=` query parameters (PostgreSQL accepts them).
@@ -265,6 +285,9 @@ mod tests {
             "postgres://h/db?user=x&password=***"
         );
         assert_eq!(redact("file:///x"), "file:///x");
+        // Typed without a scheme, or with a broken one: still hidden.
+        assert_eq!(redact("admin:pw@redis.local"), "***@redis.local");
+        assert_eq!(redact("x:pw@h,redis://y"), "***@h,redis://y");
         assert!(has_secret("redis://:pw@h"));
         assert!(!has_secret("redis://h"));
     }

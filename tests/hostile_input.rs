@@ -1,0 +1,191 @@
+//! Hostile input: names, backend URLs and durations generated at random (from a fixed seed, so a
+//! failure reproduces) never panic the parsers, and through the real binary every bad one is a
+//! single-line usage error (exit 64) that runs nothing and never echoes a password.
+
+mod common;
+
+use common::{FileEnv, code, lockrun, text};
+use lockrun::backend::BackendSpec;
+use lockrun::name::LockName;
+
+/// xorshift64*: small, deterministic, good enough to spread inputs.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+
+    /// A string of up to `max` pieces drawn from `pieces`.
+    fn string(&mut self, pieces: &[&str], max: usize) -> String {
+        let len = self.below(max + 1);
+        (0..len).map(|_| pieces[self.below(pieces.len())]).collect()
+    }
+}
+
+const NAME_PIECES: &[&str] = &[
+    "a",
+    "Z",
+    "0",
+    ".",
+    "..",
+    "/",
+    "//",
+    "_",
+    ":",
+    "-",
+    " ",
+    "\t",
+    "%",
+    "@",
+    "~",
+    "*",
+    "{",
+    "}",
+    "\\",
+    "é",
+    "\u{202e}",
+    "\0",
+    "\n",
+    "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+];
+
+const URL_PIECES: &[&str] = &[
+    "file://",
+    "redis://",
+    "rediss://",
+    "etcd://",
+    "postgres://",
+    "ftp://",
+    "://",
+    ":",
+    "@",
+    "/",
+    "?",
+    "&",
+    "=",
+    "#",
+    "%",
+    "%2",
+    "%zz",
+    "%40",
+    "localhost",
+    "127.0.0.1",
+    "[::1]",
+    "h",
+    ":6379",
+    ":0",
+    ":99999",
+    ",",
+    "user",
+    "pw",
+    "hunter2",
+    "..",
+    " ",
+    "\n",
+    "sslmode=",
+    "lockrun_schema=",
+    "cacert=",
+    "é",
+];
+
+const DURATION_PIECES: &[&str] = &[
+    "0",
+    "1",
+    "9",
+    "15",
+    "500",
+    "ms",
+    "s",
+    "m",
+    "h",
+    "d",
+    "us",
+    "ns",
+    " ",
+    ".",
+    "-",
+    "+",
+    "e",
+    "x",
+    "99999999999999999999",
+    "sec",
+    "min",
+];
+
+#[test]
+fn parsers_never_panic_on_random_input() {
+    let mut rng = Rng(0x5eed_1234_abcd_ef01);
+    for _ in 0..20_000 {
+        let name = rng.string(NAME_PIECES, 12);
+        if let Err(e) = LockName::parse(&name) {
+            assert!(!e.contains('\n'), "{name:?}: {e:?}");
+        }
+        let url = rng.string(URL_PIECES, 10);
+        match BackendSpec::parse(&url) {
+            Ok(spec) => assert!(!spec.redacted().contains("hunter2") || !url.contains(":hunter2@")),
+            Err(e) => {
+                assert!(!e.contains('\n') || url.contains('\n'), "{url:?}: {e:?}");
+                if url.contains(":hunter2@") {
+                    assert!(!e.contains("hunter2"), "{url:?} leaked its password: {e}");
+                }
+            }
+        }
+        let duration = rng.string(DURATION_PIECES, 5);
+        let _ = lockrun::config::duration("--ttl", &duration);
+    }
+}
+
+#[test]
+fn random_bad_input_through_the_binary_is_one_line_exit_64_and_runs_nothing() {
+    let env = FileEnv::new();
+    let marker = env.scratch("ran");
+    let mut rng = Rng(0xfeed_0000_0000_0042);
+    let mut tried = 0;
+    while tried < 60 {
+        let (flag, value) = match rng.below(3) {
+            0 => ("--name", rng.string(NAME_PIECES, 6)),
+            1 => ("--ttl", rng.string(DURATION_PIECES, 3)),
+            _ => ("--backend", rng.string(URL_PIECES, 6)),
+        };
+        // Only inputs the parsers refuse; the valid ones would run the command by design.
+        let valid = match flag {
+            "--name" => LockName::parse(&value).is_ok(),
+            "--ttl" => lockrun::config::duration("--ttl", &value).is_ok(),
+            _ => BackendSpec::parse(&value).is_ok(),
+        };
+        if valid || value.contains('\0') {
+            continue;
+        }
+        tried += 1;
+        let mut cmd = lockrun();
+        if flag != "--backend" {
+            cmd.arg("--backend").arg(env.url());
+        }
+        if flag != "--name" {
+            cmd.args(["--name", "x"]);
+        }
+        let out = cmd
+            .arg(flag)
+            .arg(&value)
+            .arg("--")
+            .arg("touch")
+            .arg(&marker)
+            .output()
+            .unwrap();
+        let stderr = text(&out.stderr);
+        assert_eq!(code(&out), 64, "{flag} {value:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{flag} {value:?}: {stderr}");
+        if !value.contains('\n') {
+            assert_eq!(stderr.lines().count(), 1, "{flag} {value:?}: {stderr}");
+        }
+        assert!(!marker.exists(), "{flag} {value:?} ran the command");
+    }
+}
