@@ -47,7 +47,7 @@ _lockrun() {
 
     case "${cmd}" in
         lockrun)
-            opts="-b -q -v -h -V --name --ttl --renew --wait --no-wait --busy-exit-code --limit --token-env --kill-after --note --backend --quiet --verbose --help --version status list release help"
+            opts="-b -q -v -h -V --name --ttl --renew --wait --no-wait --busy-exit-code --limit --token-env --kill-after --note --backend --backend-file --quiet --verbose --help --version status list release help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -94,6 +94,10 @@ _lockrun() {
                     return 0
                     ;;
                 -b)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --backend-file)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -175,7 +179,7 @@ _lockrun() {
             return 0
             ;;
         lockrun__subcmd__list)
-            opts="-b -q -v -h --json --backend --quiet --verbose --help"
+            opts="-b -q -v -h --json --backend --backend-file --quiet --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -186,6 +190,10 @@ _lockrun() {
                     return 0
                     ;;
                 -b)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --backend-file)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -197,7 +205,7 @@ _lockrun() {
             return 0
             ;;
         lockrun__subcmd__release)
-            opts="-b -q -v -h --force --backend --quiet --verbose --help"
+            opts="-b -q -v -h --force --backend --backend-file --quiet --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -208,6 +216,10 @@ _lockrun() {
                     return 0
                     ;;
                 -b)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --backend-file)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -219,7 +231,7 @@ _lockrun() {
             return 0
             ;;
         lockrun__subcmd__status)
-            opts="-b -q -v -h --json --backend --quiet --verbose --help"
+            opts="-b -q -v -h --json --backend --backend-file --quiet --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -230,6 +242,10 @@ _lockrun() {
                     return 0
                     ;;
                 -b)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --backend-file)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_lockrun_global_optspecs
-    string join \n name= ttl= renew= wait= no-wait busy-exit-code= limit= token-env= kill-after= note= b/backend= q/quiet v/verbose h/help V/version
+    string join \n name= ttl= renew= wait= no-wait busy-exit-code= limit= token-env= kill-after= note= b/backend= backend-file= q/quiet v/verbose h/help V/version
 end
 
 function __fish_lockrun_needs_command
@@ -34,6 +34,7 @@ complete -c lockrun -n "__fish_lockrun_needs_command" -l token-env -d 'Environme
 complete -c lockrun -n "__fish_lockrun_needs_command" -l kill-after -d 'Grace between SIGTERM and SIGKILL when the lease is lost. Default: a quarter of the TTL, at most 10s. TERM is sent early enough that TERM, the grace and KILL all land before the lease could expire on the backend' -r
 complete -c lockrun -n "__fish_lockrun_needs_command" -l note -d 'Free text stored with the holder and shown by `status` (a CI job URL, a ticket)' -r
 complete -c lockrun -n "__fish_lockrun_needs_command" -s b -l backend -d 'Backend URL: file:///DIR (one host, no server), redis://[USER:PASS@]HOST[:PORT][/DB], rediss://… (TLS), etcd://[USER:PASS@]HOST:PORT[,HOST:PORT…][?cacert=CA.pem] (TLS with cacert, plus cert= and key= for client certificates), postgres://… or postgresql://… (sslmode=require for TLS; lockrun_schema=NAME picks the schema of lockrun\'s tables)' -r
+complete -c lockrun -n "__fish_lockrun_needs_command" -l backend-file -d 'Read the backend URL from the first line of FILE instead, so that a password appears on no command line and in no environment. Keep the file private (mode 0600)' -r -F
 complete -c lockrun -n "__fish_lockrun_needs_command" -l no-wait -d 'Try once and exit 75 if the lock is busy (same as --wait 0)'
 complete -c lockrun -n "__fish_lockrun_needs_command" -s q -l quiet -d 'Print only errors'
 complete -c lockrun -n "__fish_lockrun_needs_command" -s v -l verbose -d 'Print more: acquisition, token, renewals (repeat for more)'
@@ -44,16 +45,19 @@ complete -c lockrun -n "__fish_lockrun_needs_command" -a "list" -d 'List the nam
 complete -c lockrun -n "__fish_lockrun_needs_command" -a "release" -d 'Break-glass: drop NAME\'s holder(s) on a networked backend; each loses its lease and stops'
 complete -c lockrun -n "__fish_lockrun_needs_command" -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c lockrun -n "__fish_lockrun_using_subcommand status" -s b -l backend -d 'Backend URL: file:///DIR (one host, no server), redis://[USER:PASS@]HOST[:PORT][/DB], rediss://… (TLS), etcd://[USER:PASS@]HOST:PORT[,HOST:PORT…][?cacert=CA.pem] (TLS with cacert, plus cert= and key= for client certificates), postgres://… or postgresql://… (sslmode=require for TLS; lockrun_schema=NAME picks the schema of lockrun\'s tables)' -r
+complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l backend-file -d 'Read the backend URL from the first line of FILE instead, so that a password appears on no command line and in no environment. Keep the file private (mode 0600)' -r -F
 complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l json -d 'Print JSON: {"name", "held", "limit", "waiters", "holders": [...]}'
 complete -c lockrun -n "__fish_lockrun_using_subcommand status" -s q -l quiet -d 'Print only errors'
 complete -c lockrun -n "__fish_lockrun_using_subcommand status" -s v -l verbose -d 'Print more: acquisition, token, renewals (repeat for more)'
 complete -c lockrun -n "__fish_lockrun_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c lockrun -n "__fish_lockrun_using_subcommand list" -s b -l backend -d 'Backend URL: file:///DIR (one host, no server), redis://[USER:PASS@]HOST[:PORT][/DB], rediss://… (TLS), etcd://[USER:PASS@]HOST:PORT[,HOST:PORT…][?cacert=CA.pem] (TLS with cacert, plus cert= and key= for client certificates), postgres://… or postgresql://… (sslmode=require for TLS; lockrun_schema=NAME picks the schema of lockrun\'s tables)' -r
+complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l backend-file -d 'Read the backend URL from the first line of FILE instead, so that a password appears on no command line and in no environment. Keep the file private (mode 0600)' -r -F
 complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l json -d 'Print a JSON array of status objects'
 complete -c lockrun -n "__fish_lockrun_using_subcommand list" -s q -l quiet -d 'Print only errors'
 complete -c lockrun -n "__fish_lockrun_using_subcommand list" -s v -l verbose -d 'Print more: acquisition, token, renewals (repeat for more)'
 complete -c lockrun -n "__fish_lockrun_using_subcommand list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c lockrun -n "__fish_lockrun_using_subcommand release" -s b -l backend -d 'Backend URL: file:///DIR (one host, no server), redis://[USER:PASS@]HOST[:PORT][/DB], rediss://… (TLS), etcd://[USER:PASS@]HOST:PORT[,HOST:PORT…][?cacert=CA.pem] (TLS with cacert, plus cert= and key= for client certificates), postgres://… or postgresql://… (sslmode=require for TLS; lockrun_schema=NAME picks the schema of lockrun\'s tables)' -r
+complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l backend-file -d 'Read the backend URL from the first line of FILE instead, so that a password appears on no command line and in no environment. Keep the file private (mode 0600)' -r -F
 complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l force -d 'Required: confirms that you mean to break another process\'s lease'
 complete -c lockrun -n "__fish_lockrun_using_subcommand release" -s q -l quiet -d 'Print only errors'
 complete -c lockrun -n "__fish_lockrun_using_subcommand release" -s v -l verbose -d 'Print more: acquisition, token, renewals (repeat for more)'

@@ -55,6 +55,17 @@ pub struct Cli {
     )]
     pub backend: Option<String>,
 
+    /// Read the backend URL from the first line of FILE instead, so that a password appears on no
+    /// command line and in no environment. Keep the file private (mode 0600).
+    #[arg(
+        long,
+        env = "LOCKRUN_BACKEND_FILE",
+        value_name = "FILE",
+        global = true,
+        conflicts_with = "backend"
+    )]
+    pub backend_file: Option<std::path::PathBuf>,
+
     /// Print only errors.
     #[arg(
         short,

@@ -55,7 +55,12 @@ pub struct RunConfig {
 impl Invocation {
     /// Validates everything the command line says.
     pub fn resolve(cli: Cli) -> Result<Self, Error> {
-        let backend = match &cli.backend {
+        let from_file = cli
+            .backend_file
+            .as_deref()
+            .map(read_backend_file)
+            .transpose()?;
+        let backend = match from_file.as_ref().or(cli.backend.as_ref()) {
             Some(url) => BackendSpec::parse(url),
             None => BackendSpec::default_file(),
         }
@@ -128,6 +133,25 @@ fn resolve_run(cli: Cli, backend: BackendSpec) -> Result<RunConfig, Error> {
         program,
         args: command.collect(),
     })
+}
+
+/// The backend URL kept in a file: its first line, trimmed.
+fn read_backend_file(path: &std::path::Path) -> Result<String, Error> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        Error::usage(format!(
+            "cannot read --backend-file {}: {}",
+            path.display(),
+            crate::report::io_reason(&e)
+        ))
+    })?;
+    let url = text.lines().next().unwrap_or_default().trim();
+    if url.is_empty() {
+        return Err(Error::usage(format!(
+            "--backend-file {} is empty: put the backend URL on its first line",
+            path.display()
+        )));
+    }
+    Ok(url.to_owned())
 }
 
 /// A positive duration such as `500ms`, `15s` or `2m`.

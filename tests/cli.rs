@@ -211,3 +211,55 @@ fn release_without_force_is_refused() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn the_backend_url_can_come_from_a_file() {
+    let env = FileEnv::new();
+    let file = env.scratch("backend");
+    std::fs::write(&file, format!("{}\n", env.url())).unwrap();
+    let out = lockrun()
+        .arg("--backend-file")
+        .arg(&file)
+        .args(["--name", "f", "--", "sh", "-c", "echo $FENCING_TOKEN"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "1\n");
+    assert_eq!(
+        env.status("f")["held"],
+        false,
+        "the same state directory as --backend"
+    );
+
+    // A password kept in the file shows nowhere, even when the backend is unreachable.
+    std::fs::write(&file, "redis://:hunter2@127.0.0.1:1\n").unwrap();
+    let out = lockrun()
+        .env("LOCKRUN_BACKEND_FILE", &file)
+        .args(["--name", "f", "--", "env"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 69, "{}", text(&out.stderr));
+    assert!(
+        !text(&out.stderr).contains("hunter2"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    for bad in [env.scratch("missing"), env.scratch("empty")] {
+        if bad.ends_with("empty") {
+            std::fs::write(&bad, "\n").unwrap();
+        }
+        let out = lockrun()
+            .arg("--backend-file")
+            .arg(&bad)
+            .args(["--name", "f", "--", "true"])
+            .output()
+            .unwrap();
+        assert_eq!(code(&out), 64, "{}", text(&out.stderr));
+        assert!(
+            text(&out.stderr).contains("--backend-file"),
+            "{}",
+            text(&out.stderr)
+        );
+    }
+}
