@@ -239,12 +239,12 @@ pub async fn supervise(
         && let Some(expiry) = keeper.expiry
         && now >= expiry
     {
+        let reason = "lease expired before the command ended (lockrun was paused or suspended?)";
+        crate::error!("{reason}");
         keeper.stopping = Some(Stopping {
-            reason: "lease expired before the command ended (lockrun was paused or suspended?)"
-                .into(),
+            reason: reason.into(),
             kill_at: None,
         });
-        crate::error!("lease expired before the command ended (lockrun was paused or suspended?)");
     }
 
     release(lease, timing).await;
