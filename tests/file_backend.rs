@@ -55,18 +55,30 @@ fn tokens_strictly_increase_across_runs_and_token_env_renames_the_variable() {
 }
 
 #[test]
-fn the_fencing_counter_is_durable_and_a_corrupt_one_runs_nothing() {
+fn the_fencing_counter_survives_a_reboot_and_a_corrupt_one_runs_nothing() {
     let env = FileEnv::new();
-    env.run(["--name", "c", "--", "true"]);
+    let token = |env: &FileEnv| -> u64 {
+        let out = env.run(["--name", "c", "--", "sh", "-c", "echo $FENCING_TOKEN"]);
+        assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+        text(&out.stdout).trim().parse().unwrap()
+    };
+    let before = token(&env);
+    // The flushed reservation covers every token issued.
     let fence = env.path().join("state/c.fence");
-    assert_eq!(
-        std::fs::read_to_string(&fence)
-            .unwrap()
-            .trim()
-            .parse::<u64>()
-            .unwrap(),
-        1
+    let reserved: u64 = std::fs::read_to_string(&fence)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(reserved >= before, "reserved {reserved} < issued {before}");
+    // A reboot: the unflushed record of the last token is from another boot, or lost.
+    std::fs::remove_file(env.path().join("state/c.fence-hot")).unwrap();
+    let after = token(&env);
+    assert!(
+        after > reserved,
+        "token {after} after a reboot does not exceed {reserved}"
     );
+
     std::fs::write(&fence, "garbage").unwrap();
     let marker = env.scratch("ran");
     let out = env.run(["--name", "c", "--", "touch", marker.to_str().unwrap()]);
@@ -407,7 +419,7 @@ fn names_stay_inside_the_state_directory() {
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .collect();
     files.sort();
-    assert_eq!(files, ["a%b:c.fence", "a%b:c.lock"]);
+    assert_eq!(files, ["a%b:c.fence", "a%b:c.fence-hot", "a%b:c.lock"]);
     let mode = std::fs::metadata(env.path().join("state"))
         .unwrap()
         .permissions()

@@ -5,7 +5,8 @@
 //! - `a%b.lock` — slot 0's lock file; `a%b@K.lock` — slot K's with `--limit`. Locked with `flock`
 //!   while held; the holder's metadata (JSON) is written into it. Never unlinked, so every process
 //!   always locks the same inode.
-//! - `a%b.fence` — the durable fencing counter.
+//! - `a%b.fence` — the flushed reservation of fencing tokens; `a%b.fence-hot` — the last token
+//!   issued in this boot (see `fence`).
 //! - `a%b.wait` — each waiter holds a shared `flock` on it, so `status` can count waiters.
 
 mod backend;
