@@ -101,7 +101,7 @@ class Server:
         self.proc = subprocess.Popen(
             [str(self.bin / "postgres"), "-D", str(data), "-p", str(self.port),
              "-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={tmp}",
-             "-c", "fsync=off"],
+             "-c", "fsync=off", "-c", "dynamic_shared_memory_type=mmap"],
             user=self.user, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True)
         deadline = time.monotonic() + 20

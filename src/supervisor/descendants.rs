@@ -7,8 +7,6 @@
 //! only the group. After a normal exit nothing is signalled: background processes the command
 //! left behind keep running (without the lock, whose descriptors they never had).
 
-use std::collections::HashMap;
-
 use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{WaitPidFlag, waitpid};
 use nix::unistd::{Pid, getpid};
@@ -21,52 +19,50 @@ pub fn become_subreaper() {
     }
 }
 
-/// One process as `/proc/PID/stat` describes it.
-struct Proc {
-    pid: i32,
-    ppid: i32,
-    pgrp: i32,
-    zombie: bool,
-}
-
-fn processes() -> Vec<Proc> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
+/// The children of process `pid`, from `/proc/PID/task/*/children` (each thread lists the
+/// children it forked, or that were reparented to it).
+fn children_of(pid: i32) -> Vec<i32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return Vec::new();
     };
-    entries
-        .filter_map(|entry| {
-            let pid: i32 = entry.ok()?.file_name().to_str()?.parse().ok()?;
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            // `pid (comm) state ppid ...`; comm may contain spaces and parentheses.
-            let mut fields = stat.rsplit_once(')')?.1.split_whitespace();
-            let state = fields.next()?;
-            let ppid = fields.next()?.parse().ok()?;
-            let pgrp = fields.next()?.parse().ok()?;
-            Some(Proc {
-                pid,
-                ppid,
-                pgrp,
-                zombie: state == "Z" || state == "X",
-            })
-        })
-        .collect()
+    let mut children = Vec::new();
+    for task in tasks.flatten() {
+        if let Ok(list) = std::fs::read_to_string(task.path().join("children")) {
+            children.extend(
+                list.split_whitespace()
+                    .filter_map(|c| c.parse::<i32>().ok()),
+            );
+        }
+    }
+    children
 }
 
-/// Live descendants of this process, parents before children, with their process groups.
+/// Process `pid`'s state letter and process group, from `/proc/PID/stat`.
+fn state_and_group(pid: i32) -> Option<(char, i32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `pid (comm) state ppid pgrp ...`; comm may contain spaces and parentheses.
+    let mut fields = stat.rsplit_once(')')?.1.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let _ppid = fields.next()?;
+    Some((state, fields.next()?.parse().ok()?))
+}
+
+fn is_zombie(state: char) -> bool {
+    matches!(state, 'Z' | 'X')
+}
+
+/// Live descendants of this process, parents before children, with their process groups. Walks
+/// the tree through the kernel's children lists, reading only our own processes.
 fn living_with_groups() -> Vec<(Pid, i32)> {
-    let all = processes();
-    let mut children: HashMap<i32, Vec<&Proc>> = HashMap::new();
-    for p in &all {
-        children.entry(p.ppid).or_default().push(p);
-    }
     let mut found = Vec::new();
-    let mut queue = vec![getpid().as_raw()];
-    while let Some(parent) = queue.pop() {
-        for child in children.get(&parent).map_or(&[][..], Vec::as_slice) {
-            queue.push(child.pid);
-            if !child.zombie {
-                found.push((Pid::from_raw(child.pid), child.pgrp));
-            }
+    let mut queue = children_of(getpid().as_raw());
+    while let Some(pid) = queue.pop() {
+        let Some((state, pgrp)) = state_and_group(pid) else {
+            continue;
+        };
+        if !is_zombie(state) {
+            found.push((Pid::from_raw(pid), pgrp));
+            queue.extend(children_of(pid));
         }
     }
     found
@@ -90,10 +86,11 @@ pub fn signal_outside(group: Pid, signal: Signal) {
 /// Reaps exited orphans that were reparented to this process, leaving `command` (whose exit the
 /// runtime collects) alone.
 pub fn reap_orphans(command: Pid) {
-    let me = getpid().as_raw();
-    for p in processes() {
-        if p.zombie && p.ppid == me && p.pid != command.as_raw() {
-            let _ = waitpid(Pid::from_raw(p.pid), Some(WaitPidFlag::WNOHANG));
+    for pid in children_of(getpid().as_raw()) {
+        if pid != command.as_raw()
+            && state_and_group(pid).is_some_and(|(state, _)| is_zombie(state))
+        {
+            let _ = waitpid(Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG));
         }
     }
 }

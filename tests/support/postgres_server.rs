@@ -173,7 +173,10 @@ impl PgServer {
             .arg("-c")
             .arg(format!("unix_socket_directories={}", root.display()))
             .args(["-c", "fsync=off", "-c", "full_page_writes=off"])
-            .args(["-c", "max_connections=60", "-c", "shared_buffers=16MB"]);
+            .args(["-c", "max_connections=60", "-c", "shared_buffers=16MB"])
+            // Dynamic shared memory in the data directory, not /dev/shm: a server the tests kill
+            // with SIGKILL would otherwise leave its segments behind there.
+            .args(["-c", "dynamic_shared_memory_type=mmap"]);
         if self.tls {
             cmd.args(["-c", "ssl=on"])
                 .arg("-c")
