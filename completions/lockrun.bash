@@ -16,6 +16,9 @@ _lockrun() {
             ",$1")
                 cmd="lockrun"
                 ;;
+            lockrun,drill)
+                cmd="lockrun__subcmd__drill"
+                ;;
             lockrun,help)
                 cmd="lockrun__subcmd__help"
                 ;;
@@ -27,6 +30,9 @@ _lockrun() {
                 ;;
             lockrun,status)
                 cmd="lockrun__subcmd__status"
+                ;;
+            lockrun__subcmd__help,drill)
+                cmd="lockrun__subcmd__help__subcmd__drill"
                 ;;
             lockrun__subcmd__help,help)
                 cmd="lockrun__subcmd__help__subcmd__help"
@@ -47,7 +53,7 @@ _lockrun() {
 
     case "${cmd}" in
         lockrun)
-            opts="-b -q -v -h -V --name --ttl --renew --wait --no-wait --busy-exit-code --limit --token-env --kill-after --note --backend --backend-file --quiet --verbose --help --version status list release help"
+            opts="-b -q -v -h -V --name --ttl --renew --wait --no-wait --busy-exit-code --limit --token-env --kill-after --note --backend --backend-file --quiet --verbose --help --version status list release drill help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -108,9 +114,57 @@ _lockrun() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        lockrun__subcmd__help)
-            opts="status list release help"
+        lockrun__subcmd__drill)
+            opts="-b -q -v -h --ttl --name --json --backend --backend-file --quiet --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --ttl)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --name)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --backend)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -b)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --backend-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        lockrun__subcmd__help)
+            opts="status list release drill help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        lockrun__subcmd__help__subcmd__drill)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi

@@ -43,6 +43,7 @@ complete -c lockrun -n "__fish_lockrun_needs_command" -s V -l version -d 'Print 
 complete -c lockrun -n "__fish_lockrun_needs_command" -a "status" -d 'Show who holds NAME, since when, its token, the lease left and the waiters'
 complete -c lockrun -n "__fish_lockrun_needs_command" -a "list" -d 'List the names currently held'
 complete -c lockrun -n "__fish_lockrun_needs_command" -a "release" -d 'Break-glass: drop NAME\'s holder(s) on a networked backend; each loses its lease and stops'
+complete -c lockrun -n "__fish_lockrun_needs_command" -a "drill" -d 'Rehearse a paused holder on the backend, and check that fencing tokens stop it'
 complete -c lockrun -n "__fish_lockrun_needs_command" -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c lockrun -n "__fish_lockrun_using_subcommand status" -s b -l backend -d 'Backend URL: file:///DIR (one host, no server), redis://[USER:PASS@]HOST[:PORT][/DB], rediss://… (TLS), etcd://[USER:PASS@]HOST:PORT[,HOST:PORT…][?cacert=CA.pem] (TLS with cacert, plus cert= and key= for client certificates), postgres://… or postgresql://… (sslmode=require for TLS; lockrun_schema=NAME picks the schema of lockrun\'s tables)' -r
 complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l backend-file -d 'Read the backend URL from the first line of FILE instead, so that a password appears on no command line and in no environment. Keep the file private (mode 0600)' -r -F
@@ -62,7 +63,16 @@ complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l force -d 'Re
 complete -c lockrun -n "__fish_lockrun_using_subcommand release" -s q -l quiet -d 'Print only errors'
 complete -c lockrun -n "__fish_lockrun_using_subcommand release" -s v -l verbose -d 'Print more: acquisition, token, renewals (repeat for more)'
 complete -c lockrun -n "__fish_lockrun_using_subcommand release" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c lockrun -n "__fish_lockrun_using_subcommand help; and not __fish_seen_subcommand_from status list release help" -f -a "status" -d 'Show who holds NAME, since when, its token, the lease left and the waiters'
-complete -c lockrun -n "__fish_lockrun_using_subcommand help; and not __fish_seen_subcommand_from status list release help" -f -a "list" -d 'List the names currently held'
-complete -c lockrun -n "__fish_lockrun_using_subcommand help; and not __fish_seen_subcommand_from status list release help" -f -a "release" -d 'Break-glass: drop NAME\'s holder(s) on a networked backend; each loses its lease and stops'
-complete -c lockrun -n "__fish_lockrun_using_subcommand help; and not __fish_seen_subcommand_from status list release help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c lockrun -n "__fish_lockrun_using_subcommand drill" -l ttl -d 'Lease length for the drill\'s holders, e.g. 1s, 2s. A backend may raise it to its minimum (etcd does)' -r
+complete -c lockrun -n "__fish_lockrun_using_subcommand drill" -l name -d 'Lease name for the drill; it must be free. Default: lockrun-drill/HOST-PID, which no real lock uses' -r
+complete -c lockrun -n "__fish_lockrun_using_subcommand drill" -s b -l backend -d 'Backend URL: file:///DIR (one host, no server), redis://[USER:PASS@]HOST[:PORT][/DB], rediss://… (TLS), etcd://[USER:PASS@]HOST:PORT[,HOST:PORT…][?cacert=CA.pem] (TLS with cacert, plus cert= and key= for client certificates), postgres://… or postgresql://… (sslmode=require for TLS; lockrun_schema=NAME picks the schema of lockrun\'s tables)' -r
+complete -c lockrun -n "__fish_lockrun_using_subcommand drill" -l backend-file -d 'Read the backend URL from the first line of FILE instead, so that a password appears on no command line and in no environment. Keep the file private (mode 0600)' -r -F
+complete -c lockrun -n "__fish_lockrun_using_subcommand drill" -l json -d 'Print the report as one JSON object: "verdict", "failed", "checks", "a", "b", "writes", "granted_ttl_ms", "round_trip_ms", "clock_skew_ms", ...'
+complete -c lockrun -n "__fish_lockrun_using_subcommand drill" -s q -l quiet -d 'Print only errors'
+complete -c lockrun -n "__fish_lockrun_using_subcommand drill" -s v -l verbose -d 'Print more: acquisition, token, renewals (repeat for more)'
+complete -c lockrun -n "__fish_lockrun_using_subcommand drill" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c lockrun -n "__fish_lockrun_using_subcommand help; and not __fish_seen_subcommand_from status list release drill help" -f -a "status" -d 'Show who holds NAME, since when, its token, the lease left and the waiters'
+complete -c lockrun -n "__fish_lockrun_using_subcommand help; and not __fish_seen_subcommand_from status list release drill help" -f -a "list" -d 'List the names currently held'
+complete -c lockrun -n "__fish_lockrun_using_subcommand help; and not __fish_seen_subcommand_from status list release drill help" -f -a "release" -d 'Break-glass: drop NAME\'s holder(s) on a networked backend; each loses its lease and stops'
+complete -c lockrun -n "__fish_lockrun_using_subcommand help; and not __fish_seen_subcommand_from status list release drill help" -f -a "drill" -d 'Rehearse a paused holder on the backend, and check that fencing tokens stop it'
+complete -c lockrun -n "__fish_lockrun_using_subcommand help; and not __fish_seen_subcommand_from status list release drill help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

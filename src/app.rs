@@ -9,7 +9,7 @@ use clap::error::{ContextKind, ContextValue, ErrorKind};
 use crate::cli::Cli;
 use crate::config::Invocation;
 use crate::exit::{self, Error};
-use crate::{holding, inspect, report};
+use crate::{drill, holding, inspect, report};
 
 /// The message for a run form without a command.
 pub const MISSING_COMMAND: &str =
@@ -21,7 +21,13 @@ pub fn main() -> ExitCode {
         let _ = writeln!(std::io::stderr(), "lockrun: internal error: {info}");
         std::process::exit(exit::INTERNAL.into());
     }));
-    let cli = match Cli::try_parse() {
+    // The drill's internal probe writer, kept out of clap so that no help, man page or
+    // completion offers it.
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if let Some(code) = drill::probe::from_args(&args) {
+        return ExitCode::from(code);
+    }
+    let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
         Err(e) => return ExitCode::from(clap_error(&e)),
     };
@@ -58,6 +64,12 @@ fn execute(invocation: Invocation) -> Result<u8, Error> {
                 json,
             } => inspect::list(&backend, &prefix, json).await,
             Invocation::Release { backend, name } => inspect::force_release(&backend, &name).await,
+            Invocation::Drill {
+                backend,
+                name,
+                timing,
+                json,
+            } => drill::drill(&backend, &name, timing, json).await,
         }
     })
 }

@@ -188,6 +188,39 @@ pub enum Command {
         #[arg(long)]
         force: bool,
     },
+    /// Rehearse a paused holder on the backend, and check that fencing tokens stop it.
+    ///
+    /// Runs the failure drill against the backend (--backend) with two real lockrun holders and a
+    /// fenced probe store in a temporary directory: holder A acquires NAME and writes; A's lockrun
+    /// and command are paused (SIGSTOP) past the lease; holder B acquires NAME with a higher token
+    /// and writes; A is resumed. It passes only if B took over after A's lease expired with a
+    /// higher token, A's command was stopped at once on waking and its lockrun exited 76, and the
+    /// store rejected every write with A's stale token. On the file backend no takeover is
+    /// possible while A lives (a kernel lock does not expire): B must give up and A finish
+    /// normally. Also reports the granted TTL, the backend's round trip and its clock skew.
+    ///
+    /// Prints a timeline and one line per check, then `drill: PASS` or `drill: FAIL (checks)`.
+    /// Exit status: 0 pass, 1 a check failed, 64 usage error, 69 backend unreachable, 75 NAME in
+    /// use. Takes about two to three TTLs.
+    Drill {
+        /// Lease length for the drill's holders, e.g. 1s, 2s. A backend may raise it to its
+        /// minimum (etcd does).
+        #[arg(
+            long,
+            value_name = "DURATION",
+            default_value = "2s",
+            allow_hyphen_values = true
+        )]
+        ttl: String,
+        /// Lease name for the drill; it must be free. Default: lockrun-drill/HOST-PID, which no
+        /// real lock uses.
+        #[arg(long, value_name = "NAME")]
+        name: Option<String>,
+        /// Print the report as one JSON object: "verdict", "failed", "checks", "a", "b",
+        /// "writes", "granted_ttl_ms", "round_trip_ms", "clock_skew_ms", ...
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// The clap command, for generating completions and the man page.

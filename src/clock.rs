@@ -31,6 +31,16 @@ impl BootInstant {
         BootInstant(Duration::new(spec.tv_sec() as u64, spec.tv_nsec() as u32))
     }
 
+    /// The reading as time since boot, to hand to another process (the clock is system-wide).
+    pub fn since_boot(self) -> Duration {
+        self.0
+    }
+
+    /// A reading handed over by another process, from [`BootInstant::since_boot`].
+    pub fn from_since_boot(since_boot: Duration) -> Self {
+        BootInstant(since_boot)
+    }
+
     /// Time from `earlier` to `self`, zero if `earlier` is later.
     pub fn saturating_since(self, earlier: BootInstant) -> Duration {
         self.0.saturating_sub(earlier.0)

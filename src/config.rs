@@ -34,6 +34,13 @@ pub enum Invocation {
         backend: BackendSpec,
         name: LockName,
     },
+    Drill {
+        backend: BackendSpec,
+        name: LockName,
+        /// The drill's lease timing (the run form's rules, default renewal and grace).
+        timing: Timing,
+        json: bool,
+    },
 }
 
 /// The run form, validated.
@@ -86,6 +93,24 @@ impl Invocation {
                 }
                 Invocation::Release { backend, name }
             }
+            Some(Command::Drill {
+                ttl,
+                name: raw,
+                json,
+            }) => {
+                let ttl = duration("--ttl", &ttl)?;
+                let timing = Timing::new(ttl, None, None).map_err(Error::Usage)?;
+                let name = match raw {
+                    Some(raw) => name(&raw)?,
+                    None => default_drill_name()?,
+                };
+                Invocation::Drill {
+                    backend,
+                    name,
+                    timing,
+                    json,
+                }
+            }
             None => Invocation::Run(resolve_run(cli, backend)?),
         })
     }
@@ -133,6 +158,29 @@ fn resolve_run(cli: Cli, backend: BackendSpec) -> Result<RunConfig, Error> {
         program,
         args: command.collect(),
     })
+}
+
+/// `lockrun-drill/HOST-PID`: a name of the drill's own, which no real lock uses. Characters a
+/// name may not hold become `-`.
+fn default_drill_name() -> Result<LockName, Error> {
+    let host = nix::unistd::gethostname()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let host: String = host
+        .chars()
+        .take(100)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    let pid = std::process::id();
+    LockName::parse(&format!("lockrun-drill/{host}-{pid}"))
+        .or_else(|_| LockName::parse(&format!("lockrun-drill/{pid}")))
+        .map_err(Error::Internal)
 }
 
 /// The backend URL kept in a file: its first line, trimmed.

@@ -22,6 +22,10 @@ pub const NOT_EXECUTABLE: u8 = 126;
 pub const NOT_FOUND: u8 = 127;
 /// Added to a signal number when the command was killed by that signal.
 pub const SIGNAL_BASE: u8 = 128;
+/// `lockrun drill`: a check of the drill failed (the report names it).
+pub const DRILL_FAILED: u8 = 1;
+/// The drill's internal probe writer: the fenced store rejected the write (a stale token).
+pub const PROBE_REJECTED: u8 = 3;
 
 /// Everything that can end a lockrun invocation early, each kind with its exit status.
 #[derive(Debug, thiserror::Error)]

@@ -3,13 +3,14 @@
 //! The pieces, in the order a run goes through them: [`cli`] (flags) → [`config`] (validation) →
 //! [`backend`] (the lease engines behind one trait) → [`supervisor`] (the command, its signals and
 //! the renewal loop) → [`exit`] (the status table). [`clock`] and [`timing`] hold the rules every
-//! deadline follows.
+//! deadline follows. [`drill`] rehearses a paused holder against a real backend.
 
 pub mod app;
 pub mod backend;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod drill;
 pub mod exit;
 mod holding;
 mod inspect;

@@ -157,6 +157,12 @@ pub trait Backend: Send + Sync {
 
     /// Drops every holder of `name`; returns how many there were. Tokens are never reset.
     async fn force_release(&self, name: &LockName) -> Result<usize, BackendError>;
+
+    /// The backend server's wall clock, for the skew that `lockrun drill` reports; `None` for a
+    /// backend without a clock of its own. No lease decision ever uses it.
+    async fn server_time(&self) -> Result<Option<std::time::SystemTime>, BackendError> {
+        Ok(None)
+    }
 }
 
 /// `status --json`: the contract's shape.

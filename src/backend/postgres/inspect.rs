@@ -130,3 +130,16 @@ fn unknown_holder() -> HolderInfo {
         acquired_at: String::new(),
     }
 }
+
+/// The server's wall clock (`clock_timestamp()`), for the skew `lockrun drill` reports.
+pub async fn server_time(link: &Link) -> Result<std::time::SystemTime, BackendError> {
+    let rows = link
+        .query(REQUEST_TIMEOUT, "SELECT clock_timestamp()", &[])
+        .await?;
+    rows.first()
+        .and_then(|row| row.try_get(0).ok())
+        .ok_or_else(|| BackendError::Failed {
+            endpoint: link.endpoint().to_owned(),
+            reason: "unexpected answer to SELECT clock_timestamp()".into(),
+        })
+}

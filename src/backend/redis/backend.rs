@@ -52,4 +52,8 @@ impl Backend for RedisBackend {
     async fn force_release(&self, name: &LockName) -> Result<usize, BackendError> {
         inspect::force_release(&self.link, name).await
     }
+
+    async fn server_time(&self) -> Result<Option<std::time::SystemTime>, BackendError> {
+        inspect::server_time(&self.link).await.map(Some)
+    }
 }

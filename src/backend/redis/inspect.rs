@@ -108,3 +108,9 @@ fn unknown_holder() -> HolderInfo {
         acquired_at: String::new(),
     }
 }
+
+/// The server's wall clock (`TIME`), for the skew `lockrun drill` reports.
+pub async fn server_time(link: &Link) -> Result<std::time::SystemTime, BackendError> {
+    let (secs, micros): (u64, u64) = link.command(REQUEST_TIMEOUT, &redis::cmd("TIME")).await?;
+    Ok(std::time::UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_micros(micros))
+}
