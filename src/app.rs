@@ -3,8 +3,9 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use clap::Parser;
 use clap::error::{ContextKind, ContextValue, ErrorKind};
+use clap::parser::ValueSource;
+use clap::{ArgMatches, CommandFactory, FromArgMatches};
 
 use crate::cli::Cli;
 use crate::config::Invocation;
@@ -27,12 +28,19 @@ pub fn main() -> ExitCode {
     if let Some(code) = drill::probe::from_args(&args) {
         return ExitCode::from(code);
     }
-    let cli = match Cli::try_parse_from(args) {
-        Ok(cli) => cli,
+    let parsed = Cli::command()
+        .try_get_matches_from(args)
+        .and_then(|matches| Ok((Cli::from_arg_matches(&matches)?, matches)));
+    let (mut cli, matches) = match parsed {
+        Ok(parsed) => parsed,
         Err(e) => return ExitCode::from(clap_error(&e)),
     };
+    let settled = settle_overrides(&mut cli, &matches);
     report::set_level(cli.quiet, cli.verbose);
-    match Invocation::resolve(cli).and_then(execute) {
+    match settled
+        .and_then(|()| Invocation::resolve(cli))
+        .and_then(execute)
+    {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             if !e.is_quiet_skip() {
@@ -41,6 +49,67 @@ pub fn main() -> ExitCode {
             ExitCode::from(e.code())
         }
     }
+}
+
+/// One of two options that exclude each other: its clap id, its flag, whether it is set, and how
+/// to unset it.
+type Exclusive = (&'static str, &'static str, fn(&Cli) -> bool, fn(&mut Cli));
+
+const EXCLUSIVE: [(Exclusive, Exclusive); 3] = [
+    (
+        (
+            "wait",
+            "--wait",
+            |c| c.run.wait.is_some(),
+            |c| c.run.wait = None,
+        ),
+        (
+            "no_wait",
+            "--no-wait",
+            |c| c.run.no_wait,
+            |c| c.run.no_wait = false,
+        ),
+    ),
+    (
+        (
+            "backend",
+            "--backend",
+            |c| c.backend.is_some(),
+            |c| c.backend = None,
+        ),
+        (
+            "backend_file",
+            "--backend-file",
+            |c| c.backend_file.is_some(),
+            |c| c.backend_file = None,
+        ),
+    ),
+    (
+        ("quiet", "--quiet", |c| c.quiet, |c| c.quiet = false),
+        ("verbose", "--verbose", |c| c.verbose > 0, |c| c.verbose = 0),
+    ),
+];
+
+/// Options that exclude each other may come one from the environment (a crontab's
+/// `LOCKRUN_NO_WAIT=1`) and one from the command line (`--wait 5m` on one line): the command line
+/// wins. Both from the same place is a usage error.
+fn settle_overrides(cli: &mut Cli, matches: &ArgMatches) -> Result<(), Error> {
+    let typed = |id: &str| matches.value_source(id) == Some(ValueSource::CommandLine);
+    for ((a_id, a_flag, a_set, a_clear), (b_id, b_flag, b_set, b_clear)) in EXCLUSIVE {
+        if !(a_set(cli) && b_set(cli)) {
+            continue;
+        }
+        match (typed(a_id), typed(b_id)) {
+            (true, false) => b_clear(cli),
+            (false, true) => a_clear(cli),
+            _ => {
+                return Err(Error::usage(format!(
+                    "{a_flag} cannot be used with {b_flag}"
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 fn execute(invocation: Invocation) -> Result<u8, Error> {

@@ -7,6 +7,7 @@
 
 use std::ffi::OsString;
 
+use clap::builder::BoolishValueParser;
 use clap::{ArgAction, Args, CommandFactory, Parser, Subcommand};
 
 const AFTER_HELP: &str = "\
@@ -57,23 +58,11 @@ pub struct Cli {
 
     /// Read the backend URL from the first line of FILE instead, so that a password appears on no
     /// command line and in no environment. Keep the file private (mode 0600).
-    #[arg(
-        long,
-        env = "LOCKRUN_BACKEND_FILE",
-        value_name = "FILE",
-        global = true,
-        conflicts_with = "backend"
-    )]
+    #[arg(long, env = "LOCKRUN_BACKEND_FILE", value_name = "FILE", global = true)]
     pub backend_file: Option<std::path::PathBuf>,
 
     /// Print only errors.
-    #[arg(
-        short,
-        long,
-        env = "LOCKRUN_QUIET",
-        global = true,
-        conflicts_with = "verbose"
-    )]
+    #[arg(short, long, env = "LOCKRUN_QUIET", global = true, value_parser = BoolishValueParser::new())]
     pub quiet: bool,
 
     /// Print more: acquisition, token, renewals (repeat for more).
@@ -114,13 +103,12 @@ pub struct RunArgs {
         allow_hyphen_values = true,
         long,
         env = "LOCKRUN_WAIT",
-        value_name = "DURATION",
-        conflicts_with = "no_wait"
+        value_name = "DURATION"
     )]
     pub wait: Option<String>,
 
     /// Try once and exit 75 if the lock is busy (same as --wait 0).
-    #[arg(long, env = "LOCKRUN_NO_WAIT")]
+    #[arg(long, env = "LOCKRUN_NO_WAIT", value_parser = BoolishValueParser::new())]
     pub no_wait: bool,
 
     /// Exit status when the lock was not acquired; 0 skips quietly, for cron.

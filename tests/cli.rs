@@ -263,3 +263,43 @@ fn the_backend_url_can_come_from_a_file() {
         );
     }
 }
+
+#[test]
+fn the_command_line_overrides_the_environment_for_exclusive_options() {
+    let env = FileEnv::new();
+    let mut holder = env.spawn(["--name", "busy", "--", "sleep", "30"]);
+    env.wait_held("busy", 1);
+    // A crontab says "never wait" for all its lines; this line asks to wait a little.
+    let started = std::time::Instant::now();
+    let out = env
+        .cmd(["--name", "busy", "--wait", "300ms", "--", "true"])
+        .env("LOCKRUN_NO_WAIT", "1")
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 75, "{}", text(&out.stderr));
+    assert!(
+        started.elapsed() >= std::time::Duration::from_millis(300),
+        "did not wait"
+    );
+    // And the other way round, with a boolean spelled as cron users do.
+    let out = env
+        .cmd(["--name", "busy", "--no-wait", "--", "true"])
+        .env("LOCKRUN_WAIT", "1h")
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 75, "{}", text(&out.stderr));
+    let out = env
+        .cmd(["--name", "busy", "--", "true"])
+        .env("LOCKRUN_NO_WAIT", "yes")
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 75, "{}", text(&out.stderr));
+    let out = env
+        .cmd(["--name", "busy", "--", "true"])
+        .env("LOCKRUN_NO_WAIT", "maybe")
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 64, "{}", text(&out.stderr));
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+}
