@@ -154,7 +154,9 @@ impl Keeper {
             }
             Err(RenewError::Unconfirmed(e)) => {
                 crate::warn!("renewal not confirmed: {e}; retrying");
-                self.next_renewal = now + self.retry_delay();
+                // Counted from when the failed renewal was sent: one that failed fast (connection
+                // refused) waits a little, one that used up its timeout is retried at once.
+                self.next_renewal = (sent + self.retry_delay()).max(now);
             }
         }
     }

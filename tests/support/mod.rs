@@ -1,5 +1,6 @@
 //! Harness pieces for the networked-backend tests: real servers started per test, and a TCP proxy
 //! that can go silent.
+//! The proxy also delays, resets connections and loses replies, for the drills in `faults.rs`.
 
 #![allow(dead_code)] // each test binary uses a different subset
 
