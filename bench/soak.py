@@ -1,0 +1,804 @@
+#!/usr/bin/env python3
+"""Chaos soak: W workers loop lockrun on ONE name while a chaos loop injects faults; a checker
+(bench/soak_check.py) then proves the invariants on the log.
+
+Per backend (file, redis, etcd, postgres; the servers are started by this script on free
+loopback ports in a temporary directory, as the benchmarks do):
+
+  * W workers (default 6) each loop `lockrun --backend URL --name soak --ttl T -- SECTION`.
+  * SECTION is a small bash script (one process, plus one `sleep`): it records its pid, process
+    group and $FENCING_TOKEN, reads the counter through the fenced store, sleeps a little, and
+    writes value+1 through the fenced store; every step is time-stamped ($EPOCHREALTIME, no fork)
+    into the worker's section log.
+  * The fenced store is a tiny TCP service in this process (like a database row): a read or a
+    write carrying a token below the highest token it has accepted is rejected; otherwise it is
+    accepted and the token becomes the highest. The read is fenced too, as a database would fence
+    the whole read-modify-write: with only the write fenced, a paused holder that read before the
+    takeover and wrote before the new holder's write would lose an update that no lock prevents.
+    It journals every request in its own order.
+  * The chaos loop, at random intervals: SIGKILLs a random running lockrun (kill-lockrun);
+    SIGSTOPs one for longer than the granted TTL, then SIGCONTs it (stop-lockrun); pauses a
+    holder like a VM pause, lockrun and its child's whole group, and resumes the child first
+    (pause-holder: the stale holder races to write with its old token); on networked backends
+    SIGKILLs and restarts the server (server-restart; Redis runs without persistence, so a
+    restart loses every key) or SIGSTOPs it for a while (server-pause: every connection
+    blackholed, open but silent; there is no separate TCP proxy). Faults are logged by kind.
+  * After every lockrun exits, its worker checks /proc for processes of the child's group that are
+    still alive (and not dying).
+
+Run (Python 3.11 standard library only, Linux only; bash, redis-server, etcd, PostgreSQL):
+
+    python3 bench/soak.py                          # all backends, 60 s each, cargo build --release
+    python3 bench/soak.py --backend redis --seconds 30 --bin target/debug/lockrun
+    python3 bench/soak.py --ci --backend all --bin target/debug/lockrun    # 10 s each, TTL 2s
+    python3 bench/soak_check.py LOGDIR             # re-check a kept log
+
+The logs are kept (`--logdir DIR`, or a temporary directory that is removed only when the run is
+clean). Exit status: 0 only if the checker found no violation on any backend; 1 otherwise or if
+something broke.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import pwd
+import random
+import shutil
+import signal
+import socket
+import socketserver
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import benchlib  # noqa: E402  (the shared harness, next to this script)
+import soak_check  # noqa: E402
+from benchlib import Broken  # noqa: E402
+
+BACKENDS = ["file", "redis", "etcd", "postgres"]
+NAME = "soak"
+TTL = "1s"  # requested lease (etcd raises it to its minimum, 2 s); --ttl
+CI_TTL = "2s"  # --ci: more slack for a loaded CI machine (a lockrun starved past its lease
+               # while its child runs would be a real overlap, but not what CI should test)
+BASH = shutil.which("bash") or "/bin/bash"
+MAX_PAUSED = 2  # stop-lockrun / pause-holder faults in progress at once
+CI_SECONDS = 10  # per backend with --ci (4 backends: 40 s of soak, plus start-up and drain)
+
+SECTION = r"""# lockrun soak critical section (bash). Args: RUN LOG STORE_PORT WORK_SECONDS
+run=$1 log=$2 tok=$FENCING_TOKEN
+# Stopped by lockrun (TERM to the group, on a lost lease): record when, as the last action.
+trap 'echo "K $run $tok $EPOCHREALTIME" >> "$log"; exit 143' TERM
+read -r _ _ _ _ pg _ < /proc/$$/stat
+t0=$EPOCHREALTIME
+echo "S $run $$ $pg $tok $t0" >> "$log"
+exec 3<>"/dev/tcp/127.0.0.1/$3" || exit 90
+echo "R $run $tok" >&3
+read -r st v <&3
+echo "R $run $tok $EPOCHREALTIME $st $v" >> "$log"
+if [ "$st" != OK ]; then
+  echo "E $run $tok $t0 $EPOCHREALTIME - - NOREAD" >> "$log"
+  exit 0
+fi
+sleep "$4"
+w=$((v + 1))
+echo "W $run $tok $w" >&3
+read -r ws _ <&3
+echo "E $run $tok $t0 $EPOCHREALTIME $v $w $ws" >> "$log"
+"""
+
+
+def now_us() -> int:
+    return time.time_ns() // 1000
+
+
+# ------------------------------------------------------------------------------------------------
+# The fenced store.
+# ------------------------------------------------------------------------------------------------
+
+
+class FencedStore:
+    """A counter that accepts a read or write only with a token >= the highest it accepted.
+    Protocol, one line each way: `R RUN TOKEN` -> `OK VALUE` | `REJ MAX`;
+    `W RUN TOKEN VALUE` -> `OK VALUE` | `REJ MAX`."""
+
+    def __init__(self, logdir: Path):
+        self.lock = threading.Lock()
+        self.value = 0
+        self.max: int | None = None
+        self.seq = 0
+        self.journal = open(logdir / "store.jsonl", "w")
+        self.logdir = logdir
+        store = self
+
+        class Handler(socketserver.StreamRequestHandler):
+            def handle(self) -> None:
+                try:
+                    for raw in self.rfile:
+                        if not raw.endswith(b"\n"):
+                            return  # a request torn by the client's death: never applied
+                        reply = store.request(raw.decode(errors="replace").split())
+                        self.wfile.write(reply.encode() + b"\n")
+                        self.wfile.flush()
+                except OSError:
+                    return  # the section was killed (connection reset)
+
+        class Server(socketserver.ThreadingTCPServer):
+            daemon_threads = True
+            allow_reuse_address = True
+
+        self.server = Server(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def request(self, f: list[str]) -> str:
+        if len(f) < 3 or f[0] not in ("R", "W") or (f[0] == "W" and len(f) < 4):
+            return "ERR"
+        try:
+            token = int(f[2])
+            new = int(f[3]) if f[0] == "W" else None
+        except ValueError:
+            return "ERR"
+        with self.lock:
+            self.seq += 1
+            entry = {"seq": self.seq, "t": now_us(), "op": f[0], "run": f[1], "token": token,
+                     "max": self.max}
+            ok = self.max is None or token >= self.max
+            entry["ok"] = ok
+            if ok:
+                self.max = token
+                if f[0] == "W":
+                    entry["old"], entry["new"] = self.value, new
+                    self.value = new
+                reply = f"OK {self.value}"
+            else:
+                reply = f"REJ {self.max}"
+            self.journal.write(json.dumps(entry) + "\n")
+            return reply
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        with self.lock:
+            self.journal.close()
+            (self.logdir / "store.final.json").write_text(
+                json.dumps({"value": self.value, "max": self.max}) + "\n")
+
+
+# ------------------------------------------------------------------------------------------------
+# The servers (each in its own session, so that pause and kill reach every process of it).
+# ------------------------------------------------------------------------------------------------
+
+
+class Backend:
+    kind = "?"
+    networked = True
+
+    def url(self) -> str:
+        raise NotImplementedError
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        proc = getattr(self, "proc", None)
+        if proc is not None and proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGCONT)
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if proc is not None:
+            proc.wait()
+
+    def signal(self, sig: int) -> None:
+        try:
+            os.killpg(self.proc.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def wait_ready(self, ready, what: str, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while not ready():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise Broken(f"{what} did not start")
+            time.sleep(0.02)
+
+
+class FileBackend(Backend):
+    kind = "file"
+    networked = False
+
+    def __init__(self, tmp: Path):
+        self.dir = tmp / "state"
+        self.proc = None
+
+    def url(self) -> str:
+        return f"file://{self.dir}"
+
+    def start(self) -> None:
+        pass
+
+
+class RedisBackend(Backend):
+    kind = "redis"
+
+    def __init__(self, tmp: Path):
+        self.tmp = tmp
+        self.port = benchlib.free_port()
+        self.proc = None
+
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}"
+
+    def ping(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
+                s.sendall(b"*1\r\n$4\r\nPING\r\n")
+                return s.recv(16).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", str(self.tmp)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        self.wait_ready(self.ping, f"redis-server on port {self.port}")
+
+
+class EtcdBackend(Backend):
+    kind = "etcd"
+
+    def __init__(self, tmp: Path):
+        self.tmp = tmp
+        self.client = benchlib.free_port()
+        self.peer = benchlib.free_port()
+        self.proc = None
+        self.log = open(tmp / "etcd.log", "ab")
+
+    def url(self) -> str:
+        return f"etcd://127.0.0.1:{self.client}"
+
+    def healthy(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.client), timeout=1) as s:
+                s.sendall(b"GET /health HTTP/1.0\r\n\r\n")
+                return b'"health":"true"' in s.recv(4096)
+        except OSError:
+            return False
+
+    def start(self) -> None:
+        client = f"http://127.0.0.1:{self.client}"
+        peer = f"http://127.0.0.1:{self.peer}"
+        self.proc = subprocess.Popen(
+            ["etcd", "--name", "soak", "--data-dir", str(self.tmp / "etcd"),
+             "--listen-client-urls", client, "--advertise-client-urls", client,
+             "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+             "--initial-cluster", f"soak={peer}"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.log,
+            start_new_session=True)
+        self.wait_ready(self.healthy, f"etcd on port {self.client} (see {self.tmp}/etcd.log)")
+
+
+class PostgresBackend(Backend):
+    kind = "postgres"
+
+    def __init__(self, tmp: Path):
+        found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"),
+                       key=lambda p: int(Path(p).parent.parent.name))
+        if not found:
+            raise Broken("no PostgreSQL under /usr/lib/postgresql/*/bin (apt-get install "
+                         "postgresql)")
+        self.bin = Path(found[-1]).parent
+        self.port = benchlib.free_port()
+        self.proc = None
+        self.dir = tmp / "pg"
+        self.dir.mkdir()
+        self.user = None
+        if os.geteuid() == 0:  # PostgreSQL refuses to run as root
+            for name in ("postgres", "nobody"):
+                try:
+                    entry = pwd.getpwnam(name)
+                except KeyError:
+                    continue
+                self.user = name
+                os.chmod(tmp, 0o711)
+                os.chown(self.dir, entry.pw_uid, entry.pw_gid)
+                break
+            else:
+                raise Broken("running as root, but there is no postgres or nobody user")
+        init = subprocess.run(
+            [str(self.bin / "initdb"), "-D", str(self.dir / "data"), "-U", "postgres",
+             "-A", "trust", "-E", "UTF8", "--no-sync"],
+            user=self.user, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if init.returncode != 0:
+            raise Broken(f"initdb failed: {init.stderr.strip()}")
+
+    def url(self) -> str:
+        return f"postgres://postgres@127.0.0.1:{self.port}/postgres"
+
+    def ready(self) -> bool:
+        return subprocess.run([str(self.bin / "pg_isready"), "-q", "-h", "127.0.0.1", "-p",
+                               str(self.port)], env=benchlib.ENV).returncode == 0
+
+    def start(self) -> None:
+        (self.dir / "data" / "postmaster.pid").unlink(missing_ok=True)
+        self.proc = subprocess.Popen(
+            [str(self.bin / "postgres"), "-D", str(self.dir / "data"), "-p", str(self.port),
+             "-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={self.dir}",
+             "-c", "fsync=off", "-c", "max_connections=200",
+             # Shared memory in the data directory: a restarted (SIGKILLed) server must not
+             # leave segments in /dev/shm.
+             "-c", "dynamic_shared_memory_type=mmap"],
+            user=self.user, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True)
+        self.wait_ready(self.ready, f"postgres on port {self.port}")
+
+
+BACKEND_CLASSES = {"file": FileBackend, "redis": RedisBackend, "etcd": EtcdBackend,
+                   "postgres": PostgresBackend}
+
+
+# ------------------------------------------------------------------------------------------------
+# /proc helpers.
+# ------------------------------------------------------------------------------------------------
+
+
+def proc_stat(pid: str) -> list[str] | None:
+    """Fields of /proc/PID/stat, with the comm as field 1 (spaces kept)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            text = f.read()
+    except OSError:
+        return None
+    left, right = text.find("("), text.rfind(")")
+    return [text[:left].strip(), text[left + 1:right], *text[right + 2:].split()]
+
+
+def dying(pid: str, stat: list[str]) -> bool:
+    """Dead (zombie), exiting (PF_EXITING), or with SIGKILL pending (a fatal signal: the kernel
+    queues SIGKILL for a process that a default-action signal is about to kill)."""
+    if stat[2] in ("Z", "X", "x"):
+        return True
+    if int(stat[8]) & 0x4:  # PF_EXITING
+        return True
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(("SigPnd:", "ShdPnd:")) and int(line.split()[1], 16) & 0x100:
+                    return True
+    except OSError:
+        return True
+    return False
+
+
+def group_survivors(pgid: int | None, marker: str) -> list[dict]:
+    """Alive, not dying processes in group pgid (or, when the pgid is unknown, whose command line
+    carries `marker`, the run id the section gets as an argument)."""
+    found = []
+    needle = f"\0{marker}\0".encode()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        stat = proc_stat(pid)
+        if stat is None:
+            continue
+        if pgid is not None:
+            if int(stat[4]) != pgid:
+                continue
+        else:
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if needle not in f.read():
+                        continue
+            except OSError:
+                continue
+        if not dying(pid, stat):
+            found.append({"pid": int(pid), "comm": stat[1], "state": stat[2],
+                          "child": pgid is not None and int(pid) == pgid})
+    return found
+
+
+def children_of(pid: int) -> list[int]:
+    kids: list[int] = []
+    for path in glob.glob(f"/proc/{pid}/task/*/children"):
+        try:
+            kids += [int(x) for x in Path(path).read_text().split()]
+        except OSError:
+            pass
+    return kids
+
+
+# ------------------------------------------------------------------------------------------------
+# One backend's soak.
+# ------------------------------------------------------------------------------------------------
+
+
+class Soak:
+    def __init__(self, binary: str, backend: Backend, logdir: Path, seconds: float,
+                 workers: int, rng: random.Random, ttl: str):
+        self.ttl = ttl
+        self.binary = binary
+        self.backend = backend
+        self.logdir = logdir
+        self.seconds = seconds
+        self.workers = workers
+        self.rng = rng
+        self.lock = threading.Lock()
+        self.running: dict[int, tuple[str, int]] = {}  # worker -> (run, lockrun pid)
+        self.paused: set[int] = set()  # lockrun pids the chaos has stopped
+        self.paused_groups: dict[int, list[int]] = {}  # lockrun pid -> its paused child groups
+        self.stop = threading.Event()
+        self.faults = open(logdir / "faults.jsonl", "w")
+        self.runs = open(logdir / "runs.jsonl", "w")
+        self.fault_count: Counter = Counter()
+        self.section = logdir / "section.sh"
+        self.section.write_text(SECTION)
+        self.env = dict(benchlib.ENV, LC_ALL="C")
+        self.ttl_ms = 0
+        self.errors: list[str] = []
+        self.resumers: list[threading.Thread] = []
+
+    # -- logging ---------------------------------------------------------------------------------
+
+    def fault(self, kind: str, **info) -> None:
+        with self.lock:
+            self.fault_count[kind] += 1
+            self.faults.write(json.dumps({"t": now_us(), "kind": kind, **info}) + "\n")
+            self.faults.flush()
+
+    # -- workers ---------------------------------------------------------------------------------
+
+    def argv(self, run: str, log: Path) -> list[str]:
+        # Mostly short sections; some span several renewals, so that server faults and pauses
+        # land while a command runs (and lease loss must stop it mid-section).
+        work = (f"{self.rng.uniform(0.3, 1.2):.3f}" if self.rng.random() < 0.15
+                else f"0.0{self.rng.randint(1, 5)}")
+        return [self.binary, "--backend", self.backend.url(), "--name", NAME,
+                "--ttl", self.ttl, "--", BASH, str(self.section), run, str(log),
+                str(self.store.port), work]
+
+    def worker(self, w: int) -> None:
+        try:
+            self.work(w)
+        except Exception as e:  # a harness failure must not pass as a quiet, smaller soak
+            self.errors.append(f"worker {w}: {e!r}")
+            self.stop.set()
+
+    def work(self, w: int) -> None:
+        log = self.logdir / f"sections.w{w}.log"
+        log.touch()
+        stderr = str(self.logdir / f"lockrun.w{w}.stderr")
+        seq = 0
+        offset = 0
+        while not self.stop.is_set():
+            seq += 1
+            run = f"w{w}.{seq}"
+            actions = [(os.POSIX_SPAWN_OPEN, 1, "/dev/null", os.O_WRONLY, 0),
+                       (os.POSIX_SPAWN_OPEN, 2, stderr,
+                        os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)]
+            spawned = now_us()
+            with self.lock:
+                pid = os.posix_spawn(self.binary, self.argv(run, log), self.env,
+                                     file_actions=actions)
+                self.running[w] = (run, pid)
+            # Wait without reaping, so the chaos loop never signals a reaped (reusable) pid.
+            os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+            with self.lock:
+                del self.running[w]
+                _, status = os.waitpid(pid, 0)
+            exited = now_us()
+            code = os.waitstatus_to_exitcode(status)
+            code = 128 - code if code < 0 else code
+            with open(log) as f:
+                f.seek(offset)
+                new = f.read()
+                offset += len(new.encode())
+            pgid = None
+            for line in new.splitlines():
+                parts = line.split()
+                if len(parts) >= 4 and parts[0] == "S" and parts[1] == run:
+                    pgid = int(parts[3]) if parts[3].isdigit() else None
+            survivors = group_survivors(pgid, run)
+            with self.lock:
+                self.runs.write(json.dumps({
+                    "run": run, "worker": w, "pid": pid, "spawn": spawned, "exit": exited,
+                    "status": code, "pgid": pgid, "leftover": survivors}) + "\n")
+            if code == 69:  # the server is down (being restarted): do not spin
+                time.sleep(0.1)
+
+    # -- chaos -----------------------------------------------------------------------------------
+
+    def pick(self, holders_first: bool) -> tuple[str, int, list[int]] | None:
+        """A running, not paused lockrun: (run, pid, its children); a holder (one with a child)
+        when there is one and holders_first."""
+        with self.lock:
+            cands = [(r, p) for r, p in self.running.values() if p not in self.paused]
+        if not cands:
+            return None
+        self.rng.shuffle(cands)
+        if holders_first:
+            for run, pid in cands:
+                kids = children_of(pid)
+                if kids:
+                    return run, pid, kids
+        run, pid = cands[0]
+        return run, pid, children_of(pid)
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+    def resume(self, kind: str, pid: int, kids: list[int], pause: float,
+               head_start: float) -> None:
+        """Ends a stop-lockrun or pause-holder fault after `pause` seconds."""
+        self.sleep(pause)
+        if kind == "pause-holder":  # the stale child wakes first and races to write
+            for kid in kids:
+                try:
+                    os.killpg(kid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+            self.sleep(head_start)
+        with self.lock:
+            if pid in self.paused:  # else abort() already let it go
+                os.kill(pid, signal.SIGCONT)  # not reaped: it cannot exit while stopped
+                self.paused.discard(pid)
+                self.paused_groups.pop(pid, None)
+
+    def abort(self) -> None:
+        """On an interrupt: wake and kill every lockrun (their children die with them), so
+        nothing is left stopped or running."""
+        self.stop.set()
+        with self.lock:
+            for groups in self.paused_groups.values():
+                for kid in groups:
+                    try:
+                        os.killpg(kid, signal.SIGCONT)
+                    except ProcessLookupError:
+                        pass
+            for run, pid in self.running.values():
+                self.faults.write(json.dumps({"t": now_us(), "kind": "shutdown-kill",
+                                              "run": run, "pid": pid}) + "\n")
+                os.kill(pid, signal.SIGKILL)
+                os.kill(pid, signal.SIGCONT)
+            self.paused.clear()
+            self.paused_groups.clear()
+
+    def chaos(self) -> None:
+        ttl = self.ttl_ms / 1000
+        kinds = ["kill-lockrun", "stop-lockrun", "pause-holder"]
+        weights = [4, 3, 3]
+        if self.backend.networked:
+            kinds += ["server-pause", "server-restart"]
+            weights += [2, 1]
+        while not self.stop.wait(self.rng.uniform(0.2, 1.0)):
+            kind = self.rng.choices(kinds, weights)[0]
+            try:
+                self.inject(kind, ttl)
+            except Exception as e:  # Broken (a server that did not come back), or a bug
+                self.errors.append(f"chaos {kind}: {e}")
+                self.stop.set()
+        for t in self.resumers:  # every pause is undone before the chaos loop returns
+            t.join()
+
+    def inject(self, kind: str, ttl: float) -> None:
+        if kind == "kill-lockrun":
+            with self.lock:  # under the lock: the pid cannot be reaped meanwhile
+                cands = [(r, p) for r, p in self.running.values() if p not in self.paused]
+                if not cands:
+                    return
+                run, pid = self.rng.choice(cands)
+                self.faults.write(json.dumps({"t": now_us(), "kind": kind, "run": run,
+                                              "pid": pid}) + "\n")
+                self.fault_count[kind] += 1
+                os.kill(pid, signal.SIGKILL)
+        elif kind in ("stop-lockrun", "pause-holder"):
+            with self.lock:
+                if len(self.paused) >= MAX_PAUSED:
+                    return
+            target = self.pick(holders_first=True)
+            # A holder is between sections only briefly: wait a little for one to pause.
+            deadline = time.monotonic() + 0.5
+            while (kind == "pause-holder" and (target is None or not target[2])
+                   and time.monotonic() < deadline and not self.stop.is_set()):
+                time.sleep(0.01)
+                target = self.pick(holders_first=True)
+            if target is None:
+                return
+            run, pid, kids = target
+            if kind == "pause-holder" and not kids:
+                kind = "stop-lockrun"
+            pause = ttl + self.rng.uniform(0.5, 1.5)
+            # The stale child's head start before its lockrun wakes (and kills it at once).
+            head_start = self.rng.uniform(0.005, 0.3)
+            with self.lock:
+                if all(p != pid for _, p in self.running.values()):
+                    return  # exited meanwhile
+                self.paused.add(pid)
+                self.faults.write(json.dumps({"t": now_us(), "kind": kind, "run": run,
+                                              "pid": pid, "seconds": round(pause, 3)}) + "\n")
+                self.fault_count[kind] += 1
+                os.kill(pid, signal.SIGSTOP)
+                if kind == "pause-holder":
+                    self.paused_groups[pid] = kids
+                    for kid in kids:
+                        try:
+                            os.killpg(kid, signal.SIGSTOP)
+                        except ProcessLookupError:
+                            pass
+            self.faults.flush()
+            t = threading.Thread(target=self.resume, args=(kind, pid, kids, pause, head_start),
+                                 daemon=True)
+            self.resumers.append(t)
+            t.start()
+        elif kind == "server-pause":
+            pause = self.rng.uniform(0.3, 2 * ttl)
+            self.fault(kind, seconds=round(pause, 3))
+            self.backend.signal(signal.SIGSTOP)
+            self.sleep(pause)
+            self.backend.signal(signal.SIGCONT)
+        elif kind == "server-restart":
+            self.fault(kind)
+            self.backend.stop()
+            self.sleep(self.rng.uniform(0.0, 0.5))
+            self.backend.start()
+
+    # -- the whole run ---------------------------------------------------------------------------
+
+    def probe_ttl(self) -> int:
+        """One uncontended run that prints the granted TTL (and creates the schema, etc.)."""
+        out = subprocess.run(
+            [self.binary, "--backend", self.backend.url(), "--name", NAME, "--ttl",
+             self.ttl, "--", "/bin/sh", "-c", 'echo "$LOCKRUN_TTL_MS"'],
+            env=self.env, capture_output=True, text=True, timeout=60)
+        if out.returncode != 0:
+            raise Broken(f"probe run on {self.backend.url()} failed ({out.returncode}): "
+                         f"{out.stderr.strip()}")
+        return int(out.stdout.strip())
+
+    def run(self) -> float:
+        self.ttl_ms = self.probe_ttl()
+        self.store = FencedStore(self.logdir)
+        (self.logdir / "meta.json").write_text(json.dumps({
+            "backend": self.backend.kind, "url": self.backend.url(), "ttl_ms": self.ttl_ms,
+            "workers": self.workers, "seconds": self.seconds, "binary": self.binary}) + "\n")
+        print(f"soak {self.backend.kind}: {self.workers} workers x {self.seconds:g} s on "
+              f"{self.backend.url()}, granted TTL {self.ttl_ms} ms, logs in {self.logdir}",
+              file=sys.stderr)
+        started = time.monotonic()
+        workers = [threading.Thread(target=self.worker, args=(w,), daemon=True)
+                   for w in range(self.workers)]
+        for t in workers:
+            t.start()
+        chaos = threading.Thread(target=self.chaos, daemon=True)
+        chaos.start()
+        try:
+            self.stop.wait(self.seconds)
+            self.stop.set()
+            chaos.join()  # every pause is undone, the server is up
+            # End promptly: SIGTERM every lockrun (a waiter gives up, exit 143; a holder
+            # forwards it to its command's group and exits 143 too: one more path checked).
+            with self.lock:
+                for _, pid in self.running.values():
+                    os.kill(pid, signal.SIGTERM)
+        except BaseException:
+            self.abort()
+            for t in workers:
+                t.join(5)
+            raise
+        # Workers finish their current run; a lockrun still there after a generous grace is
+        # killed (and recorded as such) so the soak always ends.
+        deadline = time.monotonic() + max(15.0, 5 * self.ttl_ms / 1000)
+        for t in workers:
+            t.join(max(0.0, deadline - time.monotonic()))
+        with self.lock:
+            hung = list(self.running.values())
+            for run, pid in hung:
+                self.faults.write(json.dumps({"t": now_us(), "kind": "shutdown-kill",
+                                              "run": run, "pid": pid}) + "\n")
+                self.fault_count["shutdown-kill"] += 1
+                os.kill(pid, signal.SIGKILL)
+        for t in workers:
+            t.join(10)
+        elapsed = time.monotonic() - started
+        self.store.close()
+        self.faults.close()
+        self.runs.close()
+        if hung:
+            print(f"soak {self.backend.kind}: {len(hung)} lockrun(s) still running "
+                  f"{max(15.0, 5 * self.ttl_ms / 1000):g} s after the end were killed: "
+                  f"{hung}", file=sys.stderr)
+        return elapsed
+
+
+class Interrupted(Exception):
+    pass
+
+
+def interrupted(signum: int, _frame) -> None:
+    raise Interrupted(signal.Signals(signum).name)
+
+
+def main() -> int:
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, interrupted)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--backend", default="all", choices=BACKENDS + ["all"])
+    ap.add_argument("--seconds", type=float, default=60.0, help="per backend (default 60)")
+    ap.add_argument("--ci", action="store_true",
+                    help=f"CI preset: {CI_SECONDS} s per backend (under 60 s for all four)")
+    ap.add_argument("--workers", type=int, default=6)
+    ap.add_argument("--ttl", help=f"requested lease (default {TTL}; {CI_TTL} with --ci)")
+    ap.add_argument("--bin", metavar="PATH", help="lockrun binary (default: a release build)")
+    ap.add_argument("--logdir", metavar="DIR", help="keep the logs here (default: a temp dir, "
+                    "removed when the run is clean)")
+    ap.add_argument("--seed", type=int, help="random seed (default: random, printed)")
+    args = ap.parse_args()
+    seconds = CI_SECONDS if args.ci else args.seconds
+    ttl = args.ttl or (CI_TTL if args.ci else TTL)
+    seed = args.seed if args.seed is not None else random.randrange(1 << 32)
+    backends = BACKENDS if args.backend == "all" else [args.backend]
+
+    benchlib.scrub_env("PG")
+    needs = {"file": [], "redis": ["redis-server"], "etcd": ["etcd"], "postgres": []}
+    benchlib.require(["bash", "sleep"] + [p for b in backends for p in needs[b]])
+    binary = benchlib.lockrun_binary(args.bin)
+
+    root = Path(args.logdir) if args.logdir else Path(
+        tempfile.mkdtemp(prefix="lockrun-soak-"))
+    root.mkdir(parents=True, exist_ok=True)
+    print(f"lockrun: {binary}\nseed: {seed}\nlogs: {root}", file=sys.stderr)
+    total = 0
+    broken = False
+    began = time.monotonic()
+    for i, kind in enumerate(backends):
+        logdir = root / kind
+        if logdir.exists():
+            shutil.rmtree(logdir)
+        logdir.mkdir()
+        tmp = Path(tempfile.mkdtemp(prefix=f"lockrun-soak-{kind}-"))
+        backend = None
+        try:
+            backend = BACKEND_CLASSES[kind](tmp)
+            backend.start()
+            soak = Soak(binary, backend, logdir, seconds, args.workers,
+                        random.Random(seed + i), ttl)
+            elapsed = soak.run()
+            if soak.errors:
+                raise Broken("; ".join(soak.errors))
+        except Broken as e:
+            print(f"soak {kind}: BROKEN: {e}", file=sys.stderr)
+            broken = True
+            continue
+        except Interrupted as e:
+            print(f"soak {kind}: interrupted by {e}; logs in {root}", file=sys.stderr)
+            return 130
+        finally:
+            if backend is not None:
+                backend.stop()
+            shutil.rmtree(tmp, ignore_errors=True)
+        rep = soak_check.check_dir(logdir)
+        rep.name = f"{kind} ({elapsed:.1f} s, {args.workers} workers, TTL {soak.ttl_ms} ms)"
+        rep.print()
+        sys.stdout.flush()
+        total += rep.total_violations
+    print(f"soak: {total} violation(s) on {', '.join(backends)} in "
+          f"{time.monotonic() - began:.1f} s (seed {seed})")
+    if total == 0 and not broken and not args.logdir:
+        shutil.rmtree(root, ignore_errors=True)
+    elif not args.logdir:
+        print(f"soak: logs kept in {root} (python3 bench/soak_check.py {root})")
+    return 1 if total or broken else 0
+
+
+if __name__ == "__main__":
+    benchlib.run_script(main)

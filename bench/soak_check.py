@@ -1,0 +1,341 @@
+#!/usr/bin/env python3
+"""Checker for the lockrun chaos soak (bench/soak.py): proves the invariants on a saved log.
+
+    python3 bench/soak_check.py LOGDIR      # LOGDIR: one backend's log dir, or a dir of them
+
+Exit status 0 only if no check found a violation (1 otherwise, 2 if the log is unusable).
+
+The log directory of one backend holds (all times are CLOCK_REALTIME microseconds on one host):
+
+  meta.json          {"backend": ..., "url": ..., "ttl_ms": granted TTL, "workers": W, ...}
+  sections.*.log     written by the critical sections themselves (one file per worker), lines
+                       S RUN PID PGID TOKEN T0             first action: who am I, my token
+                       R RUN TOKEN T STATUS VALUE          after the fenced read's reply
+                       E RUN TOKEN T0 T1 VREAD VWRITTEN WSTATUS   last action (WSTATUS OK/REJ)
+                       K RUN TOKEN T                       TERM received (lockrun stopping it)
+                     T values as bash's $EPOCHREALTIME ("sec.usec") or plain integer microseconds
+  runs.jsonl         one object per lockrun run, written by the worker loop:
+                       {"run", "worker", "pid", "spawn", "exit", "status", "pgid",
+                        "leftover": [{"pid", "comm", "state", "child": bool}, ...]}
+                     (status in shell convention: 128+N when killed by signal N; "leftover" are
+                     processes of the child's group still alive, and not dying, the moment the
+                     lockrun was reaped)
+  faults.jsonl       one object per fault injected: {"t", "kind", "run"?, ...}; kinds
+                     "stop-lockrun" and "pause-holder" mark the run as stopped, "kill-lockrun"
+                     and "shutdown-kill" as SIGKILLed
+  store.jsonl        the fenced store's journal, in the store's own order:
+                       {"seq", "t", "op": "R"|"W", "run", "token", "ok", "max", "old", "new"}
+                     ("max" is the highest token accepted before this op; "old"/"new" the
+                     value before/after an accepted write)
+  store.final.json   {"value", "max"}: the store's state at the end
+
+The invariants (each breach is counted as a violation, by kind):
+
+  token-not-rising   in start order, a section of a never-stopped run carries a token not above
+                     every earlier never-stopped section's token
+  token-reused       two runs got the same token
+  store-accepted-lower  the store accepted a token below one it had accepted before
+  store-bad-reject   the store rejected a token that was not below its maximum (harness bug)
+  overlap            two sections of never-stopped runs overlapped in time (a section lasts from
+                     its S to its last recorded action)
+  lost-update        an accepted write did not write (value before) + 1, the final counter differs
+                     from the number of accepted writes, or a write the section saw acknowledged
+                     is not in the store's journal
+  leftover-process   a process of the child's group was alive when its lockrun had exited on its
+                     own; or the child itself outlived a SIGKILLed lockrun (PDEATHSIG)
+  not-own-group      the child was not the leader of its own process group
+  nothing-ran        no critical section completed (the soak proved nothing)
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+STOP_KINDS = {"stop-lockrun", "pause-holder"}
+KILL_KINDS = {"kill-lockrun", "shutdown-kill"}
+SHOW = 5  # violations printed per kind
+
+
+def usec(text: str) -> int:
+    """A time stamp: bash's $EPOCHREALTIME ("1764500000.123456") or integer microseconds."""
+    if "." in text:
+        sec, frac = text.split(".", 1)
+        return int(sec) * 1_000_000 + int((frac + "000000")[:6])
+    return int(text)
+
+
+@dataclass
+class Section:
+    run: str
+    pid: int = 0
+    pgid: int = 0
+    token: int = 0
+    t0: int = 0
+    last: int = 0  # time of the last recorded action
+    read_status: str | None = None
+    ended: bool = False
+    vread: int | None = None
+    vwritten: int | None = None
+    wstatus: str | None = None
+    killed: bool = False  # the section recorded a TERM (lockrun stopping it)
+
+
+@dataclass
+class Report:
+    """What the checker found on one backend's log."""
+
+    name: str
+    counts: dict = field(default_factory=dict)
+    exits: Counter = field(default_factory=Counter)
+    faults: Counter = field(default_factory=Counter)
+    violations: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
+    info: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
+
+    def violate(self, kind: str, text: str) -> None:
+        self.violations[kind].append(text)
+
+    @property
+    def total_violations(self) -> int:
+        return sum(len(v) for v in self.violations.values())
+
+    def print(self, out=None) -> None:
+        out = out or sys.stdout
+        p = lambda *a: print(*a, file=out)  # noqa: E731
+        p(f"== {self.name}")
+        for key, value in self.counts.items():
+            p(f"  {key}: {value}")
+        p("  exits by status: " + (", ".join(f"{s}: {n}" for s, n in sorted(
+            self.exits.items(), key=lambda kv: str(kv[0]))) or "none"))
+        p("  faults injected: " + (", ".join(f"{k}: {n}" for k, n in sorted(
+            self.faults.items())) or "none") + f" (total {sum(self.faults.values())})")
+        for kind, items in sorted(self.info.items()):
+            p(f"  note: {kind}: {len(items)}")
+            for text in items[:SHOW]:
+                p(f"      {text}")
+        p(f"  violations: {self.total_violations}")
+        for kind, items in sorted(self.violations.items()):
+            p(f"  !!! VIOLATION {kind}: {len(items)}")
+            for text in items[:SHOW]:
+                p(f"      {text}")
+            if len(items) > SHOW:
+                p(f"      ... and {len(items) - SHOW} more")
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if line:
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                pass  # a line torn by the harness' own death: not evidence of anything
+    return out
+
+
+def read_sections(logdir: Path, rep: Report) -> dict[str, Section]:
+    sections: dict[str, Section] = {}
+    for path in sorted(logdir.glob("sections*.log")):
+        for lineno, line in enumerate(path.read_text().splitlines(), 1):
+            f = line.split()
+            if not f:
+                continue
+            try:
+                if f[0] == "S" and len(f) >= 6:
+                    s = sections.setdefault(f[1], Section(f[1]))
+                    s.pid, s.pgid, s.token = int(f[2]), int(f[3]), int(f[4])
+                    s.t0 = usec(f[5])
+                    s.last = max(s.last, s.t0)
+                elif f[0] == "R" and len(f) >= 5:
+                    s = sections.setdefault(f[1], Section(f[1]))
+                    s.last = max(s.last, usec(f[3]))
+                    s.read_status = f[4]
+                    if len(f) >= 6 and f[5].lstrip("-").isdigit():
+                        s.vread = int(f[5])
+                elif f[0] == "K" and len(f) >= 4:
+                    s = sections.setdefault(f[1], Section(f[1]))
+                    s.last = max(s.last, usec(f[3]))
+                    s.killed = True
+                elif f[0] == "E" and len(f) >= 8:
+                    s = sections.setdefault(f[1], Section(f[1]))
+                    s.last = max(s.last, usec(f[4]))
+                    s.ended = True
+                    s.vread = int(f[5]) if f[5].lstrip("-").isdigit() else None
+                    s.vwritten = int(f[6]) if f[6].lstrip("-").isdigit() else None
+                    s.wstatus = f[7]
+            except ValueError:
+                # A section killed mid-line leaves a torn line; it is not a claim of anything.
+                rep.info["torn section log lines"].append(f"{path.name}:{lineno}: {line!r}")
+    # A section whose S line was lost (torn) cannot be placed in time: leave it out.
+    return {r: s for r, s in sections.items() if s.t0}
+
+
+def check_dir(logdir: Path) -> Report:
+    logdir = Path(logdir)
+    meta = json.loads((logdir / "meta.json").read_text()) if (logdir / "meta.json").exists() \
+        else {}
+    rep = Report(meta.get("backend", logdir.name))
+    runs = read_jsonl(logdir / "runs.jsonl")
+    faults = read_jsonl(logdir / "faults.jsonl")
+    store = read_jsonl(logdir / "store.jsonl")
+    final_path = logdir / "store.final.json"
+    final = json.loads(final_path.read_text()) if final_path.exists() else None
+    sections = read_sections(logdir, rep)
+
+    stopped = {f["run"] for f in faults if f.get("kind") in STOP_KINDS and f.get("run")}
+    killed = {f["run"] for f in faults if f.get("kind") in KILL_KINDS and f.get("run")}
+    for f in faults:
+        rep.faults[f.get("kind", "?")] += 1
+    for r in runs:
+        rep.exits[r.get("status")] += 1
+
+    # ---- tokens: unique, and rising in start order (never-stopped runs) ----------------------
+    by_token: dict[int, list[str]] = defaultdict(list)
+    for s in sections.values():
+        by_token[s.token].append(s.run)
+    for token, owners in by_token.items():
+        if len(owners) > 1:
+            rep.violate("token-reused", f"token {token} given to runs {sorted(owners)}")
+    ordered = sorted(sections.values(), key=lambda s: (s.t0, s.run))
+    best: Section | None = None
+    for s in ordered:
+        if s.run in stopped:
+            continue
+        if best is not None and s.token <= best.token:
+            rep.violate("token-not-rising",
+                        f"run {s.run} started at {s.t0} with token {s.token}, after run "
+                        f"{best.run} (started {best.t0}) had token {best.token}")
+        if best is None or s.token > best.token:
+            best = s
+    # Inversions that involve a stopped run are expected (that is what fencing is for): count.
+    top: Section | None = None
+    for s in ordered:
+        if top is not None and s.token < top.token and (s.run in stopped or top.run in stopped):
+            rep.info["token inversions involving a stopped run (allowed)"].append(
+                f"run {s.run} token {s.token} started after run {top.run} token {top.token}")
+        if top is None or s.token > top.token:
+            top = s
+
+    # ---- the fenced store ---------------------------------------------------------------------
+    highest: int | None = None
+    value = 0
+    accepted_writes = 0
+    rejected = Counter()
+    accepted_by_run: dict[str, dict] = {}
+    for op in sorted(store, key=lambda o: o["seq"]):
+        token = int(op["token"])
+        if op["ok"]:
+            if highest is not None and token < highest:
+                rep.violate("store-accepted-lower",
+                            f"store op #{op['seq']} {op['op']} by run {op.get('run')} accepted "
+                            f"token {token} after accepting {highest}")
+            highest = token if highest is None else max(highest, token)
+            if op["op"] == "W":
+                accepted_writes += 1
+                accepted_by_run[op.get("run")] = op
+                if int(op["new"]) != value + 1:
+                    rep.violate("lost-update",
+                                f"store op #{op['seq']}: run {op.get('run')} (token {token}) "
+                                f"wrote {op['new']} over {value}: an update was lost")
+                value = int(op["new"])
+        else:
+            rejected[op["op"]] += 1
+            if highest is None or token >= highest:
+                rep.violate("store-bad-reject",
+                            f"store op #{op['seq']} rejected token {token} with max {highest}")
+    if final is not None:
+        if int(final["value"]) != accepted_writes:
+            rep.violate("lost-update",
+                        f"final counter {final['value']} != {accepted_writes} accepted writes")
+        if int(final["value"]) != value:
+            rep.violate("lost-update",
+                        f"final counter {final['value']} != {value}, the journal's last value")
+    for s in sections.values():
+        if s.ended and s.wstatus == "OK":
+            op = accepted_by_run.get(s.run)
+            if op is None or int(op["token"]) != s.token or int(op["new"]) != s.vwritten:
+                rep.violate("lost-update",
+                            f"run {s.run} saw its write of {s.vwritten} (token {s.token}) "
+                            f"acknowledged, but the store's journal has {op}")
+
+    # ---- overlap of never-stopped sections ---------------------------------------------------
+    live = [s for s in ordered if s.run not in stopped]
+    reach: Section | None = None  # the earlier section that lasts longest
+    for s in live:
+        if reach is not None and s.t0 < reach.last:
+            rep.violate("overlap",
+                        f"run {s.run} (token {s.token}) started at {s.t0}, "
+                        f"{(reach.last - s.t0) / 1000:.3f} ms before run {reach.run} "
+                        f"(token {reach.token}, started {reach.t0}) made its last recorded "
+                        f"action at {reach.last}")
+        if reach is None or s.last > reach.last:
+            reach = s
+
+    # ---- process groups -----------------------------------------------------------------------
+    for s in sections.values():
+        if s.pid and s.pgid != s.pid:
+            rep.violate("not-own-group", f"run {s.run}: child pid {s.pid} in group {s.pgid}")
+    for r in runs:
+        for proc in r.get("leftover") or []:
+            text = (f"run {r['run']} (lockrun pid {r.get('pid')}, exit {r.get('status')}): "
+                    f"pid {proc.get('pid')} ({proc.get('comm')}, state {proc.get('state')}) "
+                    f"of group {r.get('pgid')} still alive after lockrun exited")
+            if r["run"] in killed and not proc.get("child"):
+                # Only the direct child is promised to die with a SIGKILLed lockrun
+                # (PDEATHSIG); its own children are orphans nobody can signal.
+                rep.info["grandchildren orphaned by a SIGKILLed lockrun (not promised)"] \
+                    .append(text)
+            else:
+                rep.violate("leftover-process", text)
+
+    completed = sum(1 for s in sections.values() if s.ended)
+    if completed == 0:
+        rep.violate("nothing-ran", "no critical section completed")
+    rep.counts = {
+        "runs": len(runs),
+        "sections started / completed": f"{len(sections)} / {completed}",
+        "runs stopped (SIGSTOP) / SIGKILLed": f"{len(stopped)} / {len(killed)}",
+        "sections stopped by TERM": sum(1 for s in sections.values() if s.killed),
+        "store ops": len(store),
+        "accepted writes": accepted_writes,
+        "final counter": final["value"] if final is not None else "(missing)",
+        "stale ops rejected by the store": (f"{sum(rejected.values())} (reads {rejected['R']}, "
+                                            f"writes {rejected['W']})"),
+    }
+    if final is None:
+        rep.violate("lost-update", "store.final.json is missing: the final counter is unknown")
+    return rep
+
+
+def logdirs(root: Path) -> list[Path]:
+    root = Path(root)
+    if (root / "meta.json").exists() or (root / "runs.jsonl").exists():
+        return [root]
+    return sorted(p for p in root.iterdir() if p.is_dir() and (p / "meta.json").exists())
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: soak_check.py LOGDIR", file=sys.stderr)
+        return 2
+    dirs = logdirs(Path(argv[0]))
+    if not dirs:
+        print(f"soak_check: no soak log under {argv[0]}", file=sys.stderr)
+        return 2
+    total = 0
+    for d in dirs:
+        rep = check_dir(d)
+        rep.print()
+        total += rep.total_violations
+    print(f"soak_check: {total} violation(s)")
+    return 0 if total == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

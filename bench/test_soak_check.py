@@ -1,0 +1,298 @@
+#!/usr/bin/env python3
+"""Tests for bench/soak_check.py: each invariant it checks can fail on a synthetic log, and a
+clean log passes. Run: python3 bench/test_soak_check.py (or python3 -m unittest
+bench/test_soak_check.py)."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import soak_check  # noqa: E402
+
+T = 1_796_000_000_000_000  # a base time, in microseconds
+
+
+def stamp(us: int) -> str:
+    """As bash's $EPOCHREALTIME writes it."""
+    return f"{us // 1_000_000}.{us % 1_000_000:06d}"
+
+
+class Log:
+    """A synthetic soak log of one backend, built section by section, as a clean soak would
+    write it unless a test bends it."""
+
+    def __init__(self) -> None:
+        self.sections: list[str] = []
+        self.runs: list[dict] = []
+        self.faults: list[dict] = []
+        self.store: list[dict] = []
+        self.value = 0
+        self.max: int | None = None
+        self.final: dict | None = None
+
+    def op(self, op: str, run: str, token: int, t: int, new: int | None = None,
+           force: bool | None = None) -> bool:
+        ok = (self.max is None or token >= self.max) if force is None else force
+        entry = {"seq": len(self.store) + 1, "t": t, "op": op, "run": run, "token": token,
+                 "max": self.max, "ok": ok}
+        if ok:
+            self.max = token if self.max is None else max(self.max, token)
+            if op == "W":
+                entry["old"], entry["new"] = self.value, new
+                self.value = new
+        self.store.append(entry)
+        return ok
+
+    def section(self, run: str, token: int, start: int, length: int = 30_000,
+                pid: int | None = None, pgid: int | None = None, status: int = 0,
+                write: int | None = None, accept: bool | None = None,
+                leftover: list[dict] | None = None, complete: bool = True) -> None:
+        """One lockrun run with its critical section: S, fenced read, fenced write, E."""
+        pid = pid or 10_000 + len(self.runs) * 10
+        pgid = pgid or pid
+        end = start + length
+        self.sections.append(f"S {run} {pid} {pgid} {token} {stamp(start)}")
+        read_ok = self.op("R", run, token, start + 1000)
+        vread = self.value
+        self.sections.append(f"R {run} {token} {stamp(start + 1000)} "
+                             f"{'OK' if read_ok else 'REJ'} {vread}")
+        if complete:
+            if read_ok:
+                new = vread + 1 if write is None else write
+                ok = self.op("W", run, token, end - 1000, new, force=accept)
+                self.sections.append(f"E {run} {token} {stamp(start)} {stamp(end)} {vread} "
+                                     f"{new} {'OK' if ok else 'REJ'}")
+            else:
+                self.sections.append(f"E {run} {token} {stamp(start)} {stamp(end)} - - NOREAD")
+        self.runs.append({"run": run, "worker": 0, "pid": pid - 1, "spawn": start - 5000,
+                          "exit": end + 2000, "status": status, "pgid": pgid,
+                          "leftover": leftover or []})
+
+    def fault(self, kind: str, run: str | None = None, t: int = T) -> None:
+        self.faults.append({"t": t, "kind": kind, **({"run": run} if run else {})})
+
+    def write(self, d: Path) -> Path:
+        (d / "meta.json").write_text(json.dumps({"backend": "synthetic", "ttl_ms": 1000}))
+        (d / "sections.w0.log").write_text("".join(s + "\n" for s in self.sections))
+        for name, rows in (("runs", self.runs), ("faults", self.faults),
+                           ("store", self.store)):
+            (d / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        final = self.final if self.final is not None else {"value": self.value, "max": self.max}
+        (d / "store.final.json").write_text(json.dumps(final))
+        return d
+
+
+def clean_log() -> Log:
+    """Five sections, one after another, tokens rising, every write accepted."""
+    log = Log()
+    for i in range(5):
+        log.section(f"w{i % 2}.{i}", token=10 + i, start=T + i * 100_000)
+    return log
+
+
+class SoakCheckTest(unittest.TestCase):
+    def check(self, log: Log) -> soak_check.Report:
+        with tempfile.TemporaryDirectory() as tmp:
+            rep = soak_check.check_dir(log.write(Path(tmp)))
+        rep.print(io.StringIO())  # the report itself must not break on any finding
+        return rep
+
+    def assertViolation(self, rep: soak_check.Report, kind: str) -> None:
+        self.assertIn(kind, rep.violations, f"expected a {kind} violation, got "
+                      f"{dict(rep.violations)}")
+        self.assertGreater(rep.total_violations, 0)
+
+    def test_clean_log_passes(self) -> None:
+        rep = self.check(clean_log())
+        self.assertEqual(rep.total_violations, 0, dict(rep.violations))
+        self.assertEqual(rep.counts["accepted writes"], 5)
+        self.assertEqual(rep.counts["runs"], 5)
+
+    def test_clean_log_with_expected_chaos_passes(self) -> None:
+        # A paused holder (stopped past its lease) overlaps the next holder and carries a
+        # lower token; its stale write is rejected. A SIGKILLed lockrun leaves an orphaned
+        # grandchild. None of that breaks a promise.
+        log = Log()
+        log.section("w0.1", token=10, start=T)
+        log.section("w1.1", token=11, start=T + 100_000, length=400_000, complete=False,
+                    status=76)
+        log.fault("pause-holder", "w1.1")
+        log.section("w2.1", token=12, start=T + 300_000)
+        log.op("W", "w1.1", 11, T + 450_000, new=99)  # the stale write: rejected
+        log.sections.append(f"E w1.1 11 {stamp(T + 100_000)} {stamp(T + 460_000)} 1 99 REJ")
+        log.section("w3.1", token=13, start=T + 600_000, status=137,
+                    leftover=[{"pid": 5, "comm": "sleep", "state": "S", "child": False}])
+        log.fault("kill-lockrun", "w3.1")
+        rep = self.check(log)
+        self.assertEqual(rep.total_violations, 0, dict(rep.violations))
+        self.assertIn("1 (reads 0, writes 1)", rep.counts["stale ops rejected by the store"])
+
+    # (a) a stale write accepted after a higher token
+    def test_stale_write_accepted(self) -> None:
+        log = clean_log()
+        log.op("W", "w9.1", 3, T + 900_000, new=log.value + 1, force=True)
+        self.assertViolation(self.check(log), "store-accepted-lower")
+
+    # (b) a token that did not rise
+    def test_token_did_not_rise(self) -> None:
+        log = Log()
+        log.section("w0.1", token=20, start=T)
+        log.section("w1.1", token=19, start=T + 100_000, accept=True)
+        self.assertViolation(self.check(log), "token-not-rising")
+
+    def test_token_reused(self) -> None:
+        log = Log()
+        log.section("w0.1", token=20, start=T)
+        log.section("w1.1", token=20, start=T + 100_000)
+        rep = self.check(log)
+        self.assertViolation(rep, "token-reused")
+        self.assertViolation(rep, "token-not-rising")
+
+    def test_token_drop_is_allowed_across_a_stopped_run_only(self) -> None:
+        log = Log()
+        log.section("w0.1", token=20, start=T)
+        log.section("w1.1", token=19, start=T + 100_000, complete=False, status=76)
+        log.fault("stop-lockrun", "w1.1")
+        log.section("w2.1", token=21, start=T + 200_000)
+        self.assertEqual(self.check(log).total_violations, 0)
+
+    # (c) overlapping sections of never-stopped runs
+    def test_overlap(self) -> None:
+        log = Log()
+        log.section("w0.1", token=10, start=T, length=100_000)
+        log.section("w1.1", token=11, start=T + 50_000, length=100_000)
+        rep = self.check(log)
+        self.assertViolation(rep, "overlap")
+
+    def test_overlap_with_a_stopped_run_is_allowed(self) -> None:
+        log = Log()
+        log.section("w0.1", token=10, start=T, length=100_000)
+        log.section("w1.1", token=11, start=T + 50_000, length=100_000)
+        log.fault("stop-lockrun", "w0.1")
+        rep = self.check(log)
+        self.assertNotIn("overlap", rep.violations)
+
+    def test_overlap_of_an_unfinished_section(self) -> None:
+        # A section killed after its read: its read reply is its last recorded action.
+        log = Log()
+        log.section("w0.1", token=10, start=T, complete=False, status=76)
+        log.section("w1.1", token=11, start=T + 500)
+        self.assertViolation(self.check(log), "overlap")
+
+    def test_overlap_until_a_section_was_stopped(self) -> None:
+        # A section stopped by lockrun (TERM) was alive until its K line: the next holder
+        # started before that.
+        log = Log()
+        log.section("w0.1", token=10, start=T, complete=False, status=76)
+        log.sections.append(f"K w0.1 10 {stamp(T + 400_000)}")
+        log.section("w1.1", token=11, start=T + 300_000)
+        self.assertViolation(self.check(log), "overlap")
+        log = Log()
+        log.section("w0.1", token=10, start=T, complete=False, status=76)
+        log.sections.append(f"K w0.1 10 {stamp(T + 200_000)}")
+        log.section("w1.1", token=11, start=T + 300_000)
+        self.assertEqual(self.check(log).total_violations, 0)
+
+    # (d) a lost update
+    def test_lost_update_in_journal(self) -> None:
+        log = clean_log()
+        log.section("w0.9", token=30, start=T + 900_000, write=log.value)  # wrote v, not v+1
+        self.assertViolation(self.check(log), "lost-update")
+
+    def test_lost_update_final_counter(self) -> None:
+        log = clean_log()
+        log.final = {"value": log.value - 1, "max": log.max}
+        self.assertViolation(self.check(log), "lost-update")
+
+    def test_acknowledged_write_missing_from_store(self) -> None:
+        log = clean_log()
+        log.sections.append(f"S w7.1 777 777 40 {stamp(T + 2_000_000)}")
+        log.sections.append(f"E w7.1 40 {stamp(T + 2_000_000)} {stamp(T + 2_010_000)} 5 6 OK")
+        self.assertViolation(self.check(log), "lost-update")
+
+    # (e) a leftover process
+    def test_leftover_process(self) -> None:
+        log = clean_log()
+        log.section("w0.9", token=30, start=T + 900_000, status=76,
+                    leftover=[{"pid": 4242, "comm": "sleep", "state": "S", "child": False}])
+        self.assertViolation(self.check(log), "leftover-process")
+
+    def test_child_outliving_a_killed_lockrun(self) -> None:
+        log = clean_log()
+        log.section("w0.9", token=30, start=T + 900_000, status=137, pid=4242,
+                    leftover=[{"pid": 4242, "comm": "bash", "state": "S", "child": True}])
+        log.fault("kill-lockrun", "w0.9")
+        self.assertViolation(self.check(log), "leftover-process")
+
+    def test_child_not_in_its_own_group(self) -> None:
+        log = clean_log()
+        log.section("w0.9", token=30, start=T + 900_000, pid=4242, pgid=4000)
+        self.assertViolation(self.check(log), "not-own-group")
+
+    def test_empty_soak_is_not_a_pass(self) -> None:
+        log = Log()
+        log.runs.append({"run": "w0.1", "worker": 0, "pid": 1, "spawn": T, "exit": T + 1,
+                         "status": 69, "pgid": None, "leftover": []})
+        self.assertViolation(self.check(log), "nothing-ran")
+
+    def test_command_line_exit_status(self) -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            clean_log().write(Path(tmp))
+            out = io.StringIO()
+            saved, sys.stdout = sys.stdout, out
+            try:
+                self.assertEqual(soak_check.main([tmp]), 0)
+            finally:
+                sys.stdout = saved
+            self.assertIn("violations: 0", out.getvalue())
+        with tempfile.TemporaryDirectory() as tmp:
+            log = clean_log()
+            log.final = {"value": 0, "max": 0}
+            log.write(Path(tmp))
+            out = io.StringIO()
+            saved, sys.stdout = sys.stdout, out
+            try:
+                self.assertEqual(soak_check.main([tmp]), 1)
+            finally:
+                sys.stdout = saved
+            self.assertIn("VIOLATION lost-update", out.getvalue())
+
+
+class GroupProbeTest(unittest.TestCase):
+    """The soak's /proc probe (what feeds "leftover"): it must see a live group member, and
+    must not count one that is already dying."""
+
+    def test_live_and_killed_group(self) -> None:
+        import os
+        import signal
+        import subprocess
+        import time
+
+        import soak
+        p = subprocess.Popen(["sh", "-c", "sleep 30 & exec sleep 31"], start_new_session=True)
+        try:
+            deadline = time.monotonic() + 5
+            while len(soak.group_survivors(p.pid, "-")) < 2 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            alive = soak.group_survivors(p.pid, "-")
+            self.assertEqual(len(alive), 2, alive)
+            self.assertEqual([a["child"] for a in alive if a["pid"] == p.pid], [True])
+            os.killpg(p.pid, signal.SIGSTOP)  # stopped, so they cannot finish dying at once
+            os.killpg(p.pid, signal.SIGKILL)
+            self.assertEqual(soak.group_survivors(p.pid, "-"), [])
+        finally:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait()
+
+
+if __name__ == "__main__":
+    unittest.main()
