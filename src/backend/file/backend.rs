@@ -307,16 +307,15 @@ impl Waiting {
         })
     }
 
-    /// Ends the wait: the waiter is no longer counted at once, and the inotify instance is closed
-    /// on a short-lived thread, because closing one makes the kernel wait for a grace period
-    /// (measured here at up to 20 ms) and the command must not start that much later.
+    /// Ends the wait: the waiter is no longer counted at once. The inotify instance is left open
+    /// until the process exits: closing one makes the kernel wait for a grace period (measured
+    /// here at 10-20 ms, with kernel work that slowed the command's start even when the close ran
+    /// on another thread). At exit the lease has already been released, so the next holder does
+    /// not wait for it.
     fn finish(self) {
         drop(self._registration);
-        let inotify = self.inotify.into_inner();
-        // If no thread can be started, the closure (and the instance) is dropped right here.
-        let _ = std::thread::Builder::new()
-            .name("inotify-close".into())
-            .spawn(move || drop(inotify));
+        // Deregistered from the reactor, then deliberately not closed.
+        std::mem::forget(self.inotify.into_inner());
     }
 
     /// Returns once one of our slot files has been closed by a writer (or events were lost).
