@@ -9,6 +9,7 @@ mod file;
 #[cfg(test)]
 pub mod memory;
 mod postgres;
+mod queue;
 mod redis;
 mod spec;
 

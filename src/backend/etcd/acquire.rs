@@ -12,7 +12,6 @@
 //! leaves no holder and no waiter behind; if the revoke cannot be sent, the lease expires within
 //! one TTL anyway.
 
-use std::io::Read;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,11 +22,10 @@ use super::lease::{EtcdLease, keep_alive, revoke};
 use super::line::{self, Line};
 use super::link::{Failure, Link, REQUEST_TIMEOUT};
 use super::waiting::{self, Keeper, Wake};
+use crate::backend::queue::{Outage, random_bytes};
 use crate::backend::{AcquireRequest, BackendError, Grant, RenewError};
 use crate::clock::{BootInstant, BootTimer};
 
-/// How long a waiter keeps waiting through an outage of the whole cluster before giving up.
-const WAIT_OUTAGE: Duration = Duration::from_secs(10);
 /// How many times a waiter whose lease expired in line joins again before giving up.
 const MAX_REJOINS: u32 = 3;
 
@@ -149,7 +147,7 @@ async fn queue(
     let mut timer: Option<BootTimer> = None;
     let mut stream: Option<WatchStream> = None;
     let mut backoff = false;
-    let mut failing_since: Option<BootInstant> = None;
+    let mut outage = Outage::in_line();
     let own_key = keys.holder(lease).into_bytes();
     // `line.ahead` only ever holds too many keys (keys leave the line, none join ahead), so a
     // stale line keeps this run waiting, never lets it through early.
@@ -171,18 +169,14 @@ async fn queue(
             };
             match watched {
                 Ok((watch, Some(read))) => {
-                    failing_since = None;
+                    outage.ok();
                     stream = Some(watch);
                     line = read;
                     continue;
                 }
                 Ok((_, None)) => return Ok(Outcome::LeaseLost),
                 Err(e) => {
-                    let since = *failing_since.get_or_insert_with(BootInstant::now);
-                    if BootInstant::now().saturating_since(since) >= WAIT_OUTAGE {
-                        return Err(e);
-                    }
-                    crate::warn!("cannot watch the line ({e}); retrying");
+                    outage.failed(e, BootInstant::now(), "watch the line")?;
                     backoff = true;
                 }
             }
@@ -272,13 +266,7 @@ fn token_of(link: &Link, line: &Line) -> Result<u64, BackendError> {
 
 /// A random positive lease id, so the grant and the join can be sent together.
 fn lease_id() -> Result<i64, BackendError> {
-    let mut bytes = [0u8; 8];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .map_err(|e| BackendError::Failed {
-            endpoint: "/dev/urandom".into(),
-            reason: crate::report::io_reason(&e),
-        })?;
+    let bytes = random_bytes::<8>()?;
     // 62 bits: positive, and never zero (zero asks the cluster to choose).
     Ok(i64::from_le_bytes(bytes) & (i64::MAX >> 1) | 1)
 }

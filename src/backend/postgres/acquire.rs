@@ -12,7 +12,6 @@
 //! listens and tries again at once, so no release between its first try and the `LISTEN` is
 //! missed — the same guarantee as listening first.
 
-use std::io::Read;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,12 +20,10 @@ use tokio_postgres::types::Type;
 use super::connect::{Link, REQUEST_TIMEOUT};
 use super::lease::PostgresLease;
 use super::schema;
-use super::waiting::{self, HEARTBEAT, Wakeups};
+use super::waiting::Wakeups;
+use crate::backend::queue::{HEARTBEAT, Nap, Outage, owner_id, recheck_at};
 use crate::backend::{AcquireRequest, BackendError, Grant};
-use crate::clock::{BootInstant, BootTimer};
-
-/// How long a waiter keeps waiting through a server outage before giving up.
-const WAIT_OUTAGE: Duration = Duration::from_secs(10);
+use crate::clock::BootInstant;
 
 /// What one try found.
 enum Attempt {
@@ -64,13 +61,12 @@ pub async fn acquire(
         heartbeat_ms: i64::try_from(heartbeat.as_millis()).unwrap_or(i64::MAX),
     };
     let mut wakeups = Wakeups::new(name.clone(), channel.clone());
-    let mut timer: Option<BootTimer> = None;
-    let mut tried = false;
-    let mut failing_since: Option<BootInstant> = None;
+    let mut nap = Nap::default();
+    let mut outage = Outage::default();
     loop {
         // Taken just before the winning request is sent: the lease is counted from here.
         let sent_at = BootInstant::now();
-        let result = match tried {
+        let result = match outage.answered() {
             false => attempt_fast(link, request, &attempt_with).await,
             true => attempt(link, request, &attempt_with).await,
         };
@@ -91,21 +87,14 @@ pub async fn acquire(
                 )));
             }
             Ok(Attempt::Busy { soonest_expiry }) => {
-                failing_since = None;
+                outage.ok();
                 soonest_expiry
             }
-            // Before the first answer nothing is known: the backend is failing.
-            Err(e) if !tried => return Err(e),
             Err(e) => {
-                let since = *failing_since.get_or_insert(sent_at);
-                if BootInstant::now().saturating_since(since) >= WAIT_OUTAGE {
-                    return Err(e);
-                }
-                crate::warn!("cannot check the lock ({e}); retrying");
+                outage.failed(e, sent_at, "check the lock")?;
                 None
             }
         };
-        tried = true;
         if request.deadline.is_some_and(|d| d <= BootInstant::now()) {
             if waits {
                 leave(link, &name, &owner, &channel).await;
@@ -115,21 +104,9 @@ pub async fn acquire(
         if wakeups.listen(link).await {
             continue;
         }
-        let timer = match timer.as_mut() {
-            Some(timer) => timer,
-            None => timer.insert(BootTimer::new().map_err(|e| BackendError::Failed {
-                endpoint: link.endpoint().to_owned(),
-                reason: format!("cannot create a timer: {e}"),
-            })?),
-        };
-        let wake_at = waiting::recheck_at(soonest_expiry, request.deadline);
-        tokio::select! {
-            () = wakeups.announced() => {}
-            slept = timer.sleep_until(Some(wake_at)) => slept.map_err(|e| BackendError::Failed {
-                endpoint: link.endpoint().to_owned(),
-                reason: format!("timer failed: {e}"),
-            })?,
-        }
+        let wake_at = recheck_at(soonest_expiry, request.deadline);
+        nap.until(wakeups.announced(), wake_at, link.endpoint())
+            .await?;
     }
 }
 
@@ -239,16 +216,4 @@ async fn leave(link: &Link, name: &str, owner: &str, channel: &str) {
     if let Err(e) = result {
         crate::debug!("cannot leave the line ({e}); it lapses by itself");
     }
-}
-
-/// A random 128-bit id, in hex: who owns a slot or a place in line, unique per run.
-fn owner_id() -> Result<String, BackendError> {
-    let mut bytes = [0u8; 16];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .map_err(|e| BackendError::Failed {
-            endpoint: "/dev/urandom".into(),
-            reason: crate::report::io_reason(&e),
-        })?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }

@@ -9,19 +9,11 @@
 use std::time::Duration;
 
 use super::connect::{Link, Listener};
+use crate::backend::queue::SAFETY_RECHECK;
 use crate::clock::BootInstant;
 
-/// Longest sleep between two tries when nothing is announced; each try also renews the waiter's
-/// heartbeat, so this must stay well below [`HEARTBEAT`].
-pub const SAFETY_RECHECK: Duration = Duration::from_secs(1);
-/// How long a waiter stays in line without trying again: a waiter that died or gave up without
-/// leaving holds up the line for at most this long.
-pub const HEARTBEAT: Duration = Duration::from_secs(3);
 /// Pause between attempts to listen again after the listening connection broke.
 const RELISTEN_AFTER: Duration = Duration::from_secs(1);
-/// Slack after a holder's lease should have expired, before looking again.
-const EXPIRY_SLACK: Duration = Duration::from_millis(5);
-
 /// A waiter's subscription to one name's releases.
 pub struct Wakeups {
     name: String,
@@ -88,14 +80,4 @@ impl Wakeups {
             }
         }
     }
-}
-
-/// When to look again without being woken: soon after the earliest lease could expire, at the
-/// latest after [`SAFETY_RECHECK`], and never past the deadline.
-pub fn recheck_at(soonest_expiry: Option<Duration>, deadline: Option<BootInstant>) -> BootInstant {
-    let wait = soonest_expiry.map_or(SAFETY_RECHECK, |left| {
-        (left + EXPIRY_SLACK).min(SAFETY_RECHECK)
-    });
-    let at = BootInstant::now() + wait;
-    deadline.map_or(at, |d| d.min(at))
 }

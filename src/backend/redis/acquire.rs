@@ -7,7 +7,6 @@
 //! The first try happens before subscribing, so an uncontended lock costs one round trip; the
 //! subscription is followed by another try at once, so no release is missed.
 
-use std::io::Read;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,12 +14,10 @@ use super::connect::{Link, REQUEST_TIMEOUT};
 use super::keys::Keys;
 use super::lease::RedisLease;
 use super::scripts;
-use super::waiting::{self, HEARTBEAT, Wakeups};
+use super::waiting::Wakeups;
+use crate::backend::queue::{HEARTBEAT, Nap, Outage, owner_id, recheck_at};
 use crate::backend::{AcquireRequest, BackendError, Grant};
-use crate::clock::{BootInstant, BootTimer};
-
-/// How long a waiter keeps waiting through a server outage before giving up.
-const WAIT_OUTAGE: Duration = Duration::from_secs(10);
+use crate::clock::BootInstant;
 
 /// What one try found.
 enum Attempt {
@@ -39,9 +36,8 @@ pub async fn acquire(
     let waits = request.deadline.is_none_or(|d| d > BootInstant::now());
     let heartbeat = if waits { HEARTBEAT } else { Duration::ZERO };
     let mut wakeups = Wakeups::new(keys.channel());
-    let mut timer: Option<BootTimer> = None;
-    let mut tried = false;
-    let mut failing_since: Option<BootInstant> = None;
+    let mut nap = Nap::default();
+    let mut outage = Outage::default();
     loop {
         let sent_at = BootInstant::now();
         let soonest_expiry = match attempt(link, request, &keys, &owner, ttl, heartbeat).await {
@@ -61,21 +57,14 @@ pub async fn acquire(
                 )));
             }
             Ok(Attempt::Busy { soonest_expiry }) => {
-                failing_since = None;
+                outage.ok();
                 soonest_expiry
             }
-            // Before the first answer nothing is known: the backend is failing.
-            Err(e) if !tried => return Err(e),
             Err(e) => {
-                let since = *failing_since.get_or_insert(sent_at);
-                if BootInstant::now().saturating_since(since) >= WAIT_OUTAGE {
-                    return Err(e);
-                }
-                crate::warn!("cannot check the lock ({e}); retrying");
+                outage.failed(e, sent_at, "check the lock")?;
                 None
             }
         };
-        tried = true;
         if request.deadline.is_some_and(|d| d <= BootInstant::now()) {
             if waits {
                 leave(link, &keys, &owner).await;
@@ -85,21 +74,9 @@ pub async fn acquire(
         if wakeups.subscribe(link).await {
             continue;
         }
-        let timer = match timer.as_mut() {
-            Some(timer) => timer,
-            None => timer.insert(BootTimer::new().map_err(|e| BackendError::Failed {
-                endpoint: link.endpoint().to_owned(),
-                reason: format!("cannot create a timer: {e}"),
-            })?),
-        };
-        let wake_at = waiting::recheck_at(soonest_expiry, request.deadline);
-        tokio::select! {
-            () = wakeups.announced() => {}
-            slept = timer.sleep_until(Some(wake_at)) => slept.map_err(|e| BackendError::Failed {
-                endpoint: link.endpoint().to_owned(),
-                reason: format!("timer failed: {e}"),
-            })?,
-        }
+        let wake_at = recheck_at(soonest_expiry, request.deadline);
+        nap.until(wakeups.announced(), wake_at, link.endpoint())
+            .await?;
     }
 }
 
@@ -162,16 +139,4 @@ fn unexpected(link: &Link, reply: &[i64]) -> BackendError {
         endpoint: link.endpoint().to_owned(),
         reason: format!("unexpected reply {reply:?} to the acquire script"),
     }
-}
-
-/// A random 128-bit id, in hex: who owns a slot or a place in line, unique per run.
-fn owner_id() -> Result<String, BackendError> {
-    let mut bytes = [0u8; 16];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .map_err(|e| BackendError::Failed {
-            endpoint: "/dev/urandom".into(),
-            reason: crate::report::io_reason(&e),
-        })?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }

@@ -11,19 +11,11 @@ use futures_util::StreamExt;
 use redis::aio::PubSub;
 
 use super::connect::Link;
+use crate::backend::queue::SAFETY_RECHECK;
 use crate::clock::BootInstant;
 
-/// Longest sleep between two tries when no release is announced; each try also renews the
-/// waiter's heartbeat, so this must stay well below [`HEARTBEAT`].
-pub const SAFETY_RECHECK: Duration = Duration::from_secs(1);
-/// How long a waiter stays in line without trying again: a waiter that died or gave up without
-/// leaving holds up the line for at most this long.
-pub const HEARTBEAT: Duration = Duration::from_secs(3);
 /// Pause between attempts to re-subscribe after the subscription broke.
 const RESUBSCRIBE_AFTER: Duration = Duration::from_secs(1);
-/// Slack after a holder's lease should have expired, before looking again.
-const EXPIRY_SLACK: Duration = Duration::from_millis(5);
-
 /// A waiter's subscription to one name's releases.
 pub struct Wakeups {
     channel: String,
@@ -77,15 +69,4 @@ impl Wakeups {
             self.pubsub = None;
         }
     }
-}
-
-/// When to look again without being woken: soon after the earliest lease could expire, at the
-/// latest after [`SAFETY_RECHECK`], and never past the deadline.
-pub fn recheck_at(soonest_expiry: Option<Duration>, deadline: Option<BootInstant>) -> BootInstant {
-    let now = BootInstant::now();
-    let wait = soonest_expiry.map_or(SAFETY_RECHECK, |left| {
-        (left + EXPIRY_SLACK).min(SAFETY_RECHECK)
-    });
-    let at = now + wait;
-    deadline.map_or(at, |d| d.min(at))
 }

@@ -1,0 +1,164 @@
+//! What the networked backends' waiters have in common: how often they look again when nothing
+//! wakes them, how long a silent waiter keeps its place, how long they ride out an outage, the
+//! random ids that name a run on the server, and the nap between two tries.
+
+use std::future::Future;
+use std::io::Read;
+use std::time::Duration;
+
+use super::BackendError;
+use crate::clock::{BootInstant, BootTimer};
+
+/// Longest sleep between two tries when no release is announced; each try also renews the
+/// waiter's heartbeat, so this must stay well below [`HEARTBEAT`].
+pub const SAFETY_RECHECK: Duration = Duration::from_secs(1);
+/// How long a waiter stays in line without trying again: a waiter that died or gave up without
+/// leaving holds up the line for at most this long.
+pub const HEARTBEAT: Duration = Duration::from_secs(3);
+/// How long a waiter keeps waiting through a server outage before giving up (exit 69).
+pub const WAIT_OUTAGE: Duration = Duration::from_secs(10);
+/// Slack after a holder's lease should have expired, before looking again.
+const EXPIRY_SLACK: Duration = Duration::from_millis(5);
+
+/// When to look again without being woken: soon after the earliest lease could expire, at the
+/// latest after [`SAFETY_RECHECK`], and never past the deadline.
+pub fn recheck_at(soonest_expiry: Option<Duration>, deadline: Option<BootInstant>) -> BootInstant {
+    let wait = soonest_expiry.map_or(SAFETY_RECHECK, |left| {
+        (left + EXPIRY_SLACK).min(SAFETY_RECHECK)
+    });
+    let at = BootInstant::now() + wait;
+    deadline.map_or(at, |d| d.min(at))
+}
+
+/// `N` random bytes from the kernel.
+pub fn random_bytes<const N: usize>() -> Result<[u8; N], BackendError> {
+    let mut bytes = [0u8; N];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .map_err(|e| BackendError::Failed {
+            endpoint: "/dev/urandom".into(),
+            reason: crate::report::io_reason(&e),
+        })?;
+    Ok(bytes)
+}
+
+/// A random 128-bit id, in hex: who owns a slot or a place in line, unique per run.
+pub fn owner_id() -> Result<String, BackendError> {
+    Ok(random_bytes::<16>()?
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect())
+}
+
+/// The sleep between two tries: until `woken` resolves (a release was announced) or the boot
+/// clock reaches the re-check time. The timer is created on the first nap only, so an acquisition
+/// that never waits never makes one.
+#[derive(Default)]
+pub struct Nap {
+    timer: Option<BootTimer>,
+}
+
+impl Nap {
+    /// Sleeps until `woken` or `wake_at`; `endpoint` names the backend in a timer failure.
+    pub async fn until(
+        &mut self,
+        woken: impl Future<Output = ()>,
+        wake_at: BootInstant,
+        endpoint: &str,
+    ) -> Result<(), BackendError> {
+        let failed = |reason: String| BackendError::Failed {
+            endpoint: endpoint.to_owned(),
+            reason,
+        };
+        let timer = match self.timer.as_mut() {
+            Some(timer) => timer,
+            None => self.timer.insert(
+                BootTimer::new().map_err(|e| failed(format!("cannot create a timer: {e}")))?,
+            ),
+        };
+        tokio::select! {
+            () = woken => Ok(()),
+            slept = timer.sleep_until(Some(wake_at)) => {
+                slept.map_err(|e| failed(format!("timer failed: {e}")))
+            }
+        }
+    }
+}
+
+/// How a waiter treats failed tries: a failure before the backend ever answered is final (it is
+/// down before anything was known: exit 69); later failures are retried until they have gone on
+/// for [`WAIT_OUTAGE`].
+#[derive(Debug, Default)]
+pub struct Outage {
+    answered: bool,
+    failing_since: Option<BootInstant>,
+}
+
+impl Outage {
+    /// An outage tracker for a waiter already known to be in line.
+    pub fn in_line() -> Self {
+        Outage {
+            answered: true,
+            failing_since: None,
+        }
+    }
+
+    /// Whether the backend has answered a try yet.
+    pub fn answered(&self) -> bool {
+        self.answered
+    }
+
+    /// A try got an answer.
+    pub fn ok(&mut self) {
+        self.answered = true;
+        self.failing_since = None;
+    }
+
+    /// A try sent at `sent_at` failed with `error` while doing `what`: `Err` gives up, `Ok` means
+    /// try again.
+    pub fn failed(
+        &mut self,
+        error: BackendError,
+        sent_at: BootInstant,
+        what: &str,
+    ) -> Result<(), BackendError> {
+        if !self.answered {
+            return Err(error);
+        }
+        let since = *self.failing_since.get_or_insert(sent_at);
+        if BootInstant::now().saturating_since(since) >= WAIT_OUTAGE {
+            return Err(error);
+        }
+        crate::warn!("cannot {what} ({error}); retrying");
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn error() -> BackendError {
+        BackendError::Unsupported("down".into())
+    }
+
+    #[test]
+    fn a_failure_before_any_answer_is_final_and_later_ones_are_retried_for_a_while() {
+        let mut outage = Outage::default();
+        assert!(outage.failed(error(), BootInstant::now(), "check").is_err());
+        outage.ok();
+        assert!(outage.failed(error(), BootInstant::now(), "check").is_ok());
+        let long_ago = BootInstant::now().saturating_sub(WAIT_OUTAGE);
+        let mut outage = Outage::in_line();
+        assert!(outage.failed(error(), long_ago, "check").is_err());
+    }
+
+    #[test]
+    fn rechecks_never_pass_the_deadline_and_follow_expiries() {
+        let now = BootInstant::now();
+        assert!(recheck_at(None, None) <= now + SAFETY_RECHECK + Duration::from_millis(50));
+        assert!(recheck_at(Some(Duration::from_millis(100)), None) < now + SAFETY_RECHECK);
+        let deadline = now + Duration::from_millis(10);
+        assert!(recheck_at(None, Some(deadline)) <= deadline);
+    }
+}
