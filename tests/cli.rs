@@ -303,3 +303,23 @@ fn the_command_line_overrides_the_environment_for_exclusive_options() {
     holder.kill().unwrap();
     holder.wait().unwrap();
 }
+
+#[test]
+fn inspection_against_an_unreachable_backend_exits_69_naming_the_endpoint() {
+    // Port 1 on loopback: nothing listens, the connection is refused at once.
+    for url in [
+        "redis://:hunter2@127.0.0.1:1",
+        "postgres://app:hunter2@127.0.0.1:1/db",
+        "etcd://127.0.0.1:1",
+    ] {
+        for args in [&["status", "x"][..], &["list"], &["release", "x", "--force"]] {
+            let out = lockrun().args(args).args(["--backend", url]).output().unwrap();
+            let stderr = text(&out.stderr);
+            assert_eq!(code(&out), 69, "{url} {args:?}: {stderr}");
+            assert_eq!(stderr.lines().count(), 1, "{url} {args:?}: {stderr}");
+            assert!(stderr.contains("127.0.0.1:1"), "{url} {args:?}: {stderr}");
+            assert!(!stderr.contains("hunter2"), "{url} {args:?}: {stderr}");
+            assert!(out.stdout.is_empty(), "{url} {args:?}");
+        }
+    }
+}
