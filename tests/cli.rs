@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{FileEnv, code, lockrun, text};
+use common::{Drive, FileEnv, code, lockrun, text};
 
 /// Each case: arguments (the command, when one is reached, would create a marker file), and a
 /// word the message must contain.
@@ -312,8 +312,16 @@ fn inspection_against_an_unreachable_backend_exits_69_naming_the_endpoint() {
         "postgres://app:hunter2@127.0.0.1:1/db",
         "etcd://127.0.0.1:1",
     ] {
-        for args in [&["status", "x"][..], &["list"], &["release", "x", "--force"]] {
-            let out = lockrun().args(args).args(["--backend", url]).output().unwrap();
+        for args in [
+            &["status", "x"][..],
+            &["list"],
+            &["release", "x", "--force"],
+        ] {
+            let out = lockrun()
+                .args(args)
+                .args(["--backend", url])
+                .output()
+                .unwrap();
             let stderr = text(&out.stderr);
             assert_eq!(code(&out), 69, "{url} {args:?}: {stderr}");
             assert_eq!(stderr.lines().count(), 1, "{url} {args:?}: {stderr}");

@@ -8,7 +8,7 @@ mod support;
 
 use std::time::Duration;
 
-use common::{code, text, wait_exit};
+use common::{Drive, code, text, wait_exit};
 use support::redis_server::RedisServer;
 use support::world::SOON;
 

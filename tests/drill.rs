@@ -4,7 +4,7 @@
 mod common;
 mod support;
 
-use common::{FileEnv, code, text};
+use common::{Drive, FileEnv, code, text};
 use support::etcd_cluster::EtcdCluster;
 use support::postgres_server::PgServer;
 use support::redis_server::RedisServer;

@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use common::{alive, code, lockrun, text, wait_exit, wait_for_file, wait_until};
+use common::{Drive, alive, code, lockrun, text, wait_exit, wait_for_file, wait_until};
 use support::etcd_cluster::EtcdCluster;
 use support::postgres_server::PgServer;
 use support::proxy::{Direction, Proxy};

@@ -7,7 +7,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{FileEnv, code, lockrun, text, wait_exit, wait_until};
+use common::{Drive, FileEnv, code, lockrun, text, wait_exit, wait_until};
 
 #[test]
 fn the_command_gets_its_token_name_ttl_and_slot() {

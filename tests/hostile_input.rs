@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{FileEnv, code, lockrun, text};
+use common::{Drive, FileEnv, code, lockrun, text};
 use lockrun::backend::BackendSpec;
 use lockrun::name::LockName;
 

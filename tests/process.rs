@@ -6,7 +6,7 @@ mod common;
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
-use common::{FileEnv, alive, code, text, wait_exit, wait_for_file, wait_until};
+use common::{Drive, FileEnv, alive, code, text, wait_exit, wait_for_file, wait_until};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 

@@ -10,9 +10,10 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 
-use common::{alive, code, lockrun, text, wait_exit, wait_until};
+use common::{Drive, alive, code, lockrun, text, wait_exit, wait_until};
 use support::proxy::Proxy;
 use support::redis_server::{RedisServer, free_port, make_certificates};
+use support::scenarios;
 use support::world::{SOON, assert_stopped_before_expiry, tokens_in};
 
 type World = support::world::World<RedisServer>;
@@ -46,43 +47,12 @@ fn tokens_reach_the_child_and_strictly_increase() {
 
 #[test]
 fn busy_with_no_wait_exits_75_or_the_chosen_code() {
-    let w = World::new();
-    let _holder = w.hold("busy", "h", &["--ttl", "2s"]);
-    let out = w.run(["--name", "busy", "--no-wait", "--", "touch", "ran"]);
-    assert_eq!(code(&out), 75, "{}", text(&out.stderr));
-    assert!(text(&out.stderr).contains("busy"), "{}", text(&out.stderr));
-    let out = w.run([
-        "--name",
-        "busy",
-        "--no-wait",
-        "--busy-exit-code",
-        "0",
-        "--",
-        "touch",
-        "ran",
-    ]);
-    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
-    assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
-    assert!(
-        !w.path("ran").exists(),
-        "the command ran while the lock was busy"
-    );
+    scenarios::busy_with_no_wait_exits_75_or_the_chosen_code::<RedisServer>("2s");
 }
 
 #[test]
 fn wait_runs_out_and_leaves_the_line() {
-    let w = World::new();
-    let _holder = w.hold("slow", "h", &["--ttl", "2s"]);
-    let started = Instant::now();
-    let out = w.run(["--name", "slow", "--wait", "300ms", "--", "touch", "ran"]);
-    assert_eq!(code(&out), 75, "{}", text(&out.stderr));
-    assert!(started.elapsed() >= Duration::from_millis(300));
-    assert!(!w.path("ran").exists());
-    assert_eq!(
-        w.status("slow")["waiters"],
-        0,
-        "a waiter that gave up stayed in line"
-    );
+    scenarios::wait_runs_out_and_leaves_the_line::<RedisServer>("2s", Duration::from_millis(300));
 }
 
 #[test]
@@ -307,45 +277,12 @@ fn token_rises_after_the_server_restarts_empty() {
 
 #[test]
 fn force_release_breaks_the_holder_within_a_renewal() {
-    let w = World::new();
-    let mut holder = w.hold("brk", "h", &["--ttl", "3s", "--renew", "500ms"]);
-    let released_at = Instant::now();
-    let out = w.run(["release", "brk", "--force"]);
-    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
-    let out = wait_exit(&mut holder.process, SOON);
-    assert_eq!(code(&out), 76, "{}", text(&out.stderr));
-    assert!(
-        released_at.elapsed() < Duration::from_secs(3),
-        "noticed only after {:?}",
-        released_at.elapsed()
-    );
-    // The counter survives a forced release.
-    let next = w.hold("brk", "n", &["--ttl", "2s"]);
-    assert!(next.token > holder.token);
+    scenarios::force_release_breaks_the_holder_within_a_renewal::<RedisServer>("2s");
 }
 
 #[test]
 fn waiters_are_served_in_arrival_order() {
-    let w = World::new();
-    let mut holder = w.hold("line", "h", &["--ttl", "2s"]);
-    let mut waiters = Vec::new();
-    for i in 0..5 {
-        let script = format!("echo {i} >> order");
-        waiters.push(w.spawn([
-            "--name", "line", "--ttl", "2s", "--wait", "30s", "--", "sh", "-c", &script,
-        ]));
-        w.wait_waiters("line", i + 1);
-    }
-    assert_eq!(code(&holder.finish()), 0);
-    for waiter in &mut waiters {
-        let out = wait_exit(waiter, Duration::from_secs(20));
-        assert_eq!(code(&out), 0, "{}", text(&out.stderr));
-    }
-    let order = std::fs::read_to_string(w.path("order")).unwrap();
-    assert_eq!(
-        order.split_whitespace().collect::<Vec<_>>(),
-        ["0", "1", "2", "3", "4"]
-    );
+    scenarios::waiters_are_served_in_arrival_order::<RedisServer>("2s");
 }
 
 #[test]

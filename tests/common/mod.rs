@@ -22,46 +22,29 @@ pub fn lockrun() -> Command {
     cmd
 }
 
-/// A private `file://` state directory for one test.
-pub struct FileEnv {
-    dir: tempfile::TempDir,
-}
+/// Driving `lockrun --backend URL ...` in one test's world: everything but the URL and the working
+/// directory is the same for every backend.
+pub trait Drive {
+    /// The backend URL lockrun is given.
+    fn url(&self) -> String;
 
-impl FileEnv {
-    pub fn new() -> Self {
-        FileEnv {
-            dir: tempfile::tempdir().expect("temp dir"),
-        }
-    }
+    /// The commands' working directory (scratch files live there).
+    fn workdir(&self) -> &Path;
 
-    pub fn path(&self) -> &Path {
-        self.dir.path()
-    }
-
-    /// A scratch path inside the test's directory (for command output files).
-    pub fn scratch(&self, name: &str) -> PathBuf {
-        let dir = self.dir.path().join("scratch");
-        std::fs::create_dir_all(&dir).unwrap();
-        dir.join(name)
-    }
-
-    pub fn url(&self) -> String {
-        format!("file://{}/state", self.dir.path().display())
-    }
-
-    /// `lockrun --backend <this dir> ARGS...`
-    pub fn cmd<I, S>(&self, args: I) -> Command
+    /// `lockrun --backend URL ARGS...`, run in the working directory.
+    fn cmd<I, S>(&self, args: I) -> Command
     where
         I: IntoIterator<Item = S>,
         S: AsRef<OsStr>,
     {
         let mut cmd = lockrun();
         cmd.arg("--backend").arg(self.url()).args(args);
+        cmd.current_dir(self.workdir());
         cmd
     }
 
     /// Runs to completion.
-    pub fn run<I, S>(&self, args: I) -> Output
+    fn run<I, S>(&self, args: I) -> Output
     where
         I: IntoIterator<Item = S>,
         S: AsRef<OsStr>,
@@ -69,8 +52,8 @@ impl FileEnv {
         self.cmd(args).output().expect("run lockrun")
     }
 
-    /// Starts in the background with stderr captured.
-    pub fn spawn<I, S>(&self, args: I) -> Child
+    /// Starts in the background with output captured.
+    fn spawn<I, S>(&self, args: I) -> Child
     where
         I: IntoIterator<Item = S>,
         S: AsRef<OsStr>,
@@ -83,26 +66,79 @@ impl FileEnv {
     }
 
     /// `status NAME --json`, parsed.
-    pub fn status(&self, name: &str) -> serde_json::Value {
+    fn status(&self, name: &str) -> serde_json::Value {
         let out = self.run(["status", name, "--json"]);
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "status failed: {}",
-            text(&out.stderr)
-        );
+        assert_eq!(code(&out), 0, "status failed: {}", text(&out.stderr));
         serde_json::from_slice(&out.stdout).expect("status prints JSON")
     }
 
-    /// Waits until NAME has `n` holders.
-    pub fn wait_held(&self, name: &str, n: usize) -> serde_json::Value {
+    /// `list ARGS --json`, parsed.
+    fn list(&self, args: &[&str]) -> serde_json::Value {
+        let out = self.run([&["list"], args, &["--json"]].concat());
+        assert_eq!(code(&out), 0, "list failed: {}", text(&out.stderr));
+        serde_json::from_slice(&out.stdout).expect("list prints JSON")
+    }
+
+    /// Waits until `check` holds for NAME's status; returns that status.
+    fn wait_status(
+        &self,
+        name: &str,
+        what: &str,
+        check: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
         let mut last = serde_json::Value::Null;
         let reached = wait_until(Duration::from_secs(10), || {
             last = self.status(name);
-            last["holders"].as_array().map_or(0, Vec::len) == n
+            check(&last)
         });
-        assert!(reached, "{name} never had {n} holder(s): {last}");
+        assert!(reached, "{name} never {what}: {last}");
         last
+    }
+
+    /// Waits until NAME has `holders` holders.
+    fn wait_held(&self, name: &str, holders: usize) -> serde_json::Value {
+        self.wait_status(name, &format!("had {holders} holder(s)"), |s| {
+            s["holders"].as_array().map_or(0, Vec::len) == holders
+        })
+    }
+
+    /// Waits until NAME has `waiters` waiters.
+    fn wait_waiters(&self, name: &str, waiters: u64) -> serde_json::Value {
+        self.wait_status(name, &format!("had {waiters} waiter(s)"), |s| {
+            s["waiters"] == waiters
+        })
+    }
+}
+
+/// A private `file://` state directory for one test.
+pub struct FileEnv {
+    dir: tempfile::TempDir,
+}
+
+impl FileEnv {
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::create_dir_all(dir.path().join("scratch")).unwrap();
+        FileEnv { dir }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// A scratch path inside the test's directory (for command output files).
+    pub fn scratch(&self, name: &str) -> PathBuf {
+        self.dir.path().join("scratch").join(name)
+    }
+}
+
+impl Drive for FileEnv {
+    fn url(&self) -> String {
+        format!("file://{}/state", self.dir.path().display())
+    }
+
+    fn workdir(&self) -> &Path {
+        self.dir.path()
     }
 }
 

@@ -8,4 +8,5 @@ pub mod etcd_cluster;
 pub mod postgres_server;
 pub mod proxy;
 pub mod redis_server;
+pub mod scenarios;
 pub mod world;

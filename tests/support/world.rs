@@ -2,16 +2,15 @@
 //! given (the server's own, or a proxy's in front of it), a scratch directory that is every
 //! command's working directory, and holders whose commands run until told to finish.
 
-use std::ffi::OsStr;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use crate::common::{alive, code, lockrun, text, wait_exit, wait_for_file, wait_until};
+use crate::common::{Drive, alive, code, text, wait_exit, wait_for_file, wait_until};
 
 /// Generous bound for things that should happen at once.
 pub const SOON: Duration = Duration::from_secs(10);
@@ -47,6 +46,16 @@ impl<S: Server> World<S> {
     }
 }
 
+impl<S> Drive for World<S> {
+    fn url(&self) -> String {
+        self.url.clone()
+    }
+
+    fn workdir(&self) -> &Path {
+        self.scratch.path()
+    }
+}
+
 impl<S> World<S> {
     /// The scratch directory, every command's working directory.
     pub fn dir(&self) -> &Path {
@@ -56,82 +65,6 @@ impl<S> World<S> {
     /// A file in the scratch directory.
     pub fn path(&self, name: &str) -> PathBuf {
         self.scratch.path().join(name)
-    }
-
-    /// `lockrun --backend URL ARGS...`, run in the scratch directory.
-    pub fn cmd<I, T>(&self, args: I) -> Command
-    where
-        I: IntoIterator<Item = T>,
-        T: AsRef<OsStr>,
-    {
-        let mut cmd = lockrun();
-        cmd.arg("--backend").arg(&self.url).args(args);
-        cmd.current_dir(self.scratch.path());
-        cmd
-    }
-
-    /// Runs to completion.
-    pub fn run<I, T>(&self, args: I) -> Output
-    where
-        I: IntoIterator<Item = T>,
-        T: AsRef<OsStr>,
-    {
-        self.cmd(args).output().expect("run lockrun")
-    }
-
-    /// Starts in the background with output captured.
-    pub fn spawn<I, T>(&self, args: I) -> Child
-    where
-        I: IntoIterator<Item = T>,
-        T: AsRef<OsStr>,
-    {
-        self.cmd(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn lockrun")
-    }
-
-    /// `status NAME --json`, parsed.
-    pub fn status(&self, name: &str) -> serde_json::Value {
-        let out = self.run(["status", name, "--json"]);
-        assert_eq!(code(&out), 0, "status failed: {}", text(&out.stderr));
-        serde_json::from_slice(&out.stdout).expect("status prints JSON")
-    }
-
-    /// `list ARGS --json`, parsed.
-    pub fn list(&self, args: &[&str]) -> serde_json::Value {
-        let out = self.run([&["list"], args, &["--json"]].concat());
-        assert_eq!(code(&out), 0, "list failed: {}", text(&out.stderr));
-        serde_json::from_slice(&out.stdout).expect("list prints JSON")
-    }
-
-    /// Waits until `check` holds for NAME's status; returns that status.
-    pub fn wait_status(
-        &self,
-        name: &str,
-        what: &str,
-        check: impl Fn(&serde_json::Value) -> bool,
-    ) -> serde_json::Value {
-        let mut last = serde_json::Value::Null;
-        let reached = wait_until(SOON, || {
-            last = self.status(name);
-            check(&last)
-        });
-        assert!(reached, "{name} never {what}: {last}");
-        last
-    }
-
-    pub fn wait_held(&self, name: &str, holders: usize) -> serde_json::Value {
-        self.wait_status(name, &format!("had {holders} holder(s)"), |s| {
-            s["holders"].as_array().map_or(0, Vec::len) == holders
-        })
-    }
-
-    pub fn wait_waiters(&self, name: &str, waiters: u64) -> serde_json::Value {
-        self.wait_status(name, &format!("had {waiters} waiter(s)"), |s| {
-            s["waiters"] == waiters
-        })
     }
 
     /// Starts a holder of NAME whose command records its token (`TAG.token`) and pid
