@@ -20,8 +20,8 @@ loopback ports in a temporary directory, as the benchmarks do):
     SIGSTOPs one for longer than the granted TTL, then SIGCONTs it (stop-lockrun); pauses a
     holder like a VM pause, lockrun and its child's whole group, and resumes the child first
     (pause-holder: the stale holder races to write with its old token); on networked backends
-    SIGKILLs and restarts the server (server-restart; Redis runs without persistence, so a
-    restart loses every key) or SIGSTOPs it for a while (server-pause: every connection
+    SIGKILLs and restarts the server (server-restart; Redis runs with an append-only file
+    flushed on every write, as a Redis holding locks should) or SIGSTOPs it for a while (server-pause: every connection
     blackholed, open but silent; there is no separate TCP proxy). Faults are logged by kind.
   * After every lockrun exits, its worker checks /proc for processes of the child's group that are
     still alive (and not dying).
@@ -249,8 +249,12 @@ class RedisBackend(Backend):
 
     def start(self) -> None:
         self.proc = subprocess.Popen(
+            # Persistent, as a Redis that holds locks should be: an empty restart drops every
+            # lease, and another run may then start before the old holder's next renewal notices
+            # (fencing still rejects its writes, but the soak checks exclusion too). Empty
+            # restarts are drilled by tests/redis.rs.
             ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", str(self.tmp)],
+             "--appendonly", "yes", "--appendfsync", "always", "--dir", str(self.tmp)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         self.wait_ready(self.ping, f"redis-server on port {self.port}")
 
