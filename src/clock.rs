@@ -17,7 +17,7 @@ use nix::sys::timerfd::{
 use nix::time::{ClockId, clock_gettime};
 use tokio::io::unix::AsyncFd;
 
-use crate::pollable::Pollable;
+use crate::reactor::Pollable;
 
 /// A point on `CLOCK_BOOTTIME`, as time since boot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -88,7 +88,7 @@ impl BootTimer {
             TimerFlags::TFD_NONBLOCK | TimerFlags::TFD_CLOEXEC,
         )?;
         Ok(BootTimer {
-            fd: crate::pollable::register(fd)?,
+            fd: crate::reactor::register(fd)?,
         })
     }
 

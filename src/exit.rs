@@ -16,6 +16,8 @@ pub const INTERNAL: u8 = 70;
 pub const BUSY: u8 = 75;
 /// The lease was lost while the command ran; the command was stopped.
 pub const LEASE_LOST: u8 = 76;
+/// `--timeout` ran out; the command was stopped (as `timeout(1)` exits).
+pub const TIMED_OUT: u8 = 124;
 /// The command exists but could not be executed.
 pub const NOT_EXECUTABLE: u8 = 126;
 /// The command was not found.

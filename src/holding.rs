@@ -1,12 +1,18 @@
-//! The run form: acquire NAME, start the command with its token, keep the lease while it runs.
+//! The run form: acquire NAME (saying who holds it while waiting), check that the lease just won
+//! still has its safety window ahead and that `--min-interval` allows a run, start the command
+//! with its token, and keep the lease while it runs.
 
 use std::time::Duration;
 
-use crate::backend::{AcquireRequest, Backend, HolderInfo, has_secret};
+use crate::backend::{
+    AcquireRequest, Acquired, Backend, HolderInfo, IntervalClaim, Lease, has_secret,
+};
 use crate::clock::BootInstant;
 use crate::config::RunConfig;
 use crate::exit::{self, Error};
+use crate::messages::duration;
 use crate::supervisor::{self, Child, Launch, Outcome};
+use crate::{progress, timing::Timing};
 
 /// How long the busy message may spend asking who holds the lock.
 const BUSY_DETAIL_TIMEOUT: Duration = Duration::from_secs(1);
@@ -20,31 +26,135 @@ pub async fn run(config: RunConfig) -> Result<u8, Error> {
     let request = AcquireRequest {
         name: config.name.clone(),
         limit: config.limit,
+        mode: config.mode,
         ttl: config.timing.ttl,
         deadline: config.wait.map(|wait| BootInstant::now() + wait),
-        holder: HolderInfo::current(config.note.clone()),
+        holder: HolderInfo::current(config.note.clone(), config.mode),
+        supersede: config.supersede,
     };
     crate::info!("acquiring {} on {}", config.name, backend.describe());
-    let acquired = tokio::select! {
-        acquired = backend.acquire(&request) => acquired?,
-        Some(signal) = signals.recv() => {
-            return Err(Error::Interrupted { signal, during: format!("while waiting for {}", config.name) });
+    let (lease, timing) = loop {
+        let lease = acquire(&*backend, &request, &config, &mut signals).await?;
+        let grant = lease.grant();
+        let timing = grant
+            .ttl
+            .map_or(config.timing, |ttl| config.timing.for_granted(ttl));
+        // A lease whose answer came too late (a slow reply path) must not be used: the server may
+        // already have expired it and handed it on.
+        if let Some(ttl) = grant.ttl
+            && BootInstant::now() >= timing.stop_at(grant.sent_at + ttl)
+        {
+            let late = BootInstant::now().saturating_since(grant.sent_at);
+            release_unused(lease).await;
+            if request.expired() {
+                return Err(Error::LeaseLost(format!(
+                    "the lease on {} was granted too late to use ({} after it was asked for, against a {} lease), and --wait ran out",
+                    config.name,
+                    duration(late),
+                    duration(ttl)
+                )));
+            }
+            crate::warn!(
+                "the lease on {} was granted too late to use ({} after it was asked for, against a {} lease); asking again",
+                config.name,
+                duration(late),
+                duration(ttl)
+            );
+            continue;
         }
-    };
-    let Some(lease) = acquired else {
-        return Err(busy(&*backend, &config).await);
+        break (lease, timing);
     };
     let grant = lease.grant();
-    let timing = grant
-        .ttl
-        .map_or(config.timing, |ttl| config.timing.for_granted(ttl));
     crate::info!(
         "acquired {} (token {}, slot {})",
         config.name,
         grant.token,
         grant.slot
     );
+    if let Some(interval) = config.min_interval
+        && let Err(e) = claim_interval(&*backend, &config, interval).await
+    {
+        release_unused(lease).await;
+        return Err(e);
+    }
+    run_command(lease, timing, &config, &mut signals).await
+}
 
+/// Waits for the lease, printing who holds it every `--progress`, until it is held, the wait
+/// runs out, a newer `--supersede` waiter takes the place, or a signal ends the wait.
+async fn acquire(
+    backend: &dyn Backend,
+    request: &AcquireRequest,
+    config: &RunConfig,
+    signals: &mut tokio::sync::mpsc::UnboundedReceiver<nix::sys::signal::Signal>,
+) -> Result<Box<dyn Lease>, Error> {
+    let mut interrupted = None;
+    let acquired = {
+        let cancel = async {
+            match signals.recv().await {
+                Some(signal) => interrupted = Some(signal),
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(cancel);
+        let waiting = backend.acquire(request, cancel);
+        match config.progress.filter(|_| request.waits()) {
+            None => waiting.await?,
+            Some(every) => tokio::select! {
+                acquired = waiting => acquired?,
+                never = progress::report(backend, request, every) => match never {},
+            },
+        }
+    };
+    match acquired {
+        Acquired::Held(lease) => Ok(lease),
+        Acquired::Busy => Err(busy(backend, config).await),
+        Acquired::Superseded(newer) => Err(Error::Busy {
+            message: format!(
+                "gave up waiting for {}: superseded by {}",
+                config.name,
+                newer.describe()
+            ),
+            code: config.busy_exit_code,
+        }),
+        Acquired::Cancelled => Err(match interrupted {
+            Some(signal) => Error::Interrupted {
+                signal,
+                during: format!("while waiting for {}", config.name),
+            },
+            None => Error::internal("the wait was cancelled for no reason"),
+        }),
+    }
+}
+
+/// `--min-interval`: the busy error when NAME ran too recently (by the backend's clock).
+async fn claim_interval(
+    backend: &dyn Backend,
+    config: &RunConfig,
+    interval: Duration,
+) -> Result<(), Error> {
+    match backend.claim_interval(&config.name, interval).await? {
+        IntervalClaim::Claimed => Ok(()),
+        IntervalClaim::TooSoon { ago } => Err(Error::Busy {
+            message: format!(
+                "{} ran {} ago, less than --min-interval {}: not running it again yet",
+                config.name,
+                duration(ago),
+                duration(interval)
+            ),
+            code: config.busy_exit_code,
+        }),
+    }
+}
+
+/// Starts the command with its token and supervises it until it ends.
+async fn run_command(
+    lease: Box<dyn Lease>,
+    timing: Timing,
+    config: &RunConfig,
+    signals: &mut tokio::sync::mpsc::UnboundedReceiver<nix::sys::signal::Signal>,
+) -> Result<u8, Error> {
+    let grant = lease.grant();
     let launch = Launch {
         program: &config.program,
         args: &config.args,
@@ -60,34 +170,36 @@ pub async fn run(config: RunConfig) -> Result<u8, Error> {
     let mut child = match Child::spawn(launch) {
         Ok(child) => child,
         Err(e) => {
-            if let Err(release) = lease.release().await {
-                crate::warn!("release failed: {release}; the lease will expire by itself");
-            }
+            release_unused(lease).await;
             return Err(e);
         }
     };
     crate::debug!("started the command as pid {}", child.pid());
-    match supervisor::supervise(lease, timing, &mut child, &mut signals).await? {
+    match supervisor::supervise(lease, timing, config.timeout, &mut child, signals).await? {
         Outcome::Exited(code) => Ok(code),
         // The supervisor has said why; only the status is left to give.
         Outcome::LeaseLost(_) => Ok(exit::LEASE_LOST),
+        Outcome::TimedOut => Ok(exit::TIMED_OUT),
+    }
+}
+
+/// Gives back a lease that will not be used.
+async fn release_unused(lease: Box<dyn Lease>) {
+    if let Err(e) = lease.release().await {
+        crate::warn!("release failed: {e}; the lease will expire by itself");
     }
 }
 
 /// The busy error, naming the holder when the backend can say quickly.
 async fn busy(backend: &dyn Backend, config: &RunConfig) -> Error {
     let waited = match config.wait {
-        Some(wait) if !wait.is_zero() => {
-            format!(" after waiting {}", humantime::format_duration(wait))
-        }
+        Some(wait) if !wait.is_zero() => format!(" after waiting {}", duration(wait)),
         _ => String::new(),
     };
     let holder = match tokio::time::timeout(BUSY_DETAIL_TIMEOUT, backend.status(&config.name)).await
     {
-        Ok(Ok(status)) => status
-            .holders
-            .first()
-            .map(|h| format!(" (held by pid {} on {}, token {})", h.pid, h.host, h.token))
+        Ok(Ok(status)) => progress::holders(&status)
+            .map(|h| format!(" (held by {h})"))
             .unwrap_or_default(),
         _ => String::new(),
     };

@@ -8,10 +8,21 @@ use crate::backend::{BackendSpec, LockStatus};
 use crate::exit::Error;
 use crate::name::LockName;
 
-/// Prints who holds `name`.
-pub async fn status(spec: &BackendSpec, name: &LockName, json: bool) -> Result<u8, Error> {
+/// Exit status of `status --quiet` when NAME is free.
+const FREE: u8 = 1;
+
+/// Prints who holds `name`; with `quiet`, prints nothing and exits 0 when it is held, 1 when free.
+pub async fn status(
+    spec: &BackendSpec,
+    name: &LockName,
+    json: bool,
+    quiet: bool,
+) -> Result<u8, Error> {
     let backend = spec.open().await?;
     let status = backend.status(name).await?;
+    if quiet {
+        return Ok(if status.held { 0 } else { FREE });
+    }
     let text = if json {
         to_json(&status)?
     } else {

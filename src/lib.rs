@@ -3,7 +3,7 @@
 //! The pieces, in the order a run goes through them: [`cli`] (flags) → [`config`] (validation) →
 //! [`backend`] (the lease engines behind one trait) → [`supervisor`] (the command, its signals and
 //! the renewal loop) → [`exit`] (the status table). [`clock`] and [`timing`] hold the rules every
-//! deadline follows. [`drill`] rehearses a paused holder against a real backend.
+//! deadline follows; [`messages`] is how lockrun speaks. [`drill`] rehearses a paused holder against a real backend.
 
 pub mod app;
 pub mod backend;
@@ -14,8 +14,9 @@ pub mod drill;
 pub mod exit;
 mod holding;
 mod inspect;
+pub mod messages;
 pub mod name;
-mod pollable;
-pub mod report;
+mod progress;
+mod reactor;
 pub mod supervisor;
 pub mod timing;

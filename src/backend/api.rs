@@ -1,39 +1,82 @@
-//! What every backend offers: acquire (waiting until a deadline), renew, release, status, list and
-//! force release, with semaphore slots and fencing tokens.
+//! What every backend offers: acquire (waiting until a deadline, or until cancelled), renew,
+//! release, status, list, force release and the fleet-wide run interval, with semaphore slots,
+//! shared (reader) holders and fencing tokens.
 //!
 //! The contract each implementation keeps:
 //! - `acquire` returns a lease only when the backend has recorded this run as a holder, with a token
-//!   strictly greater than any token it issued for that name before; it waits until the request's
-//!   deadline, woken by releases where the engine can do that, and cleans up after itself when it
-//!   gives up, so a timed-out waiter leaves no holder behind.
+//!   strictly greater than any token it issued for that name before (shared or exclusive); it waits
+//!   until the request's deadline, woken by releases where the engine can do that. Whenever it
+//!   gives up — deadline, cancellation, a newer `--supersede` waiter, an error — it leaves the line
+//!   before returning, so no ghost holds up the next waiter.
 //! - A [`Grant`] says when the winning request was *sent*, on the boot clock: the lease is counted
 //!   from there, never from when the answer arrived.
 //! - `renew` and `release` are owner-checked: they act only on this run's own holder record.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::clock::BootInstant;
 use crate::name::LockName;
+
+/// Largest `--limit`.
+pub const MAX_LIMIT: u32 = 1024;
+
+/// How a holder shares NAME.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Alone (or one of `--limit` semaphore holders).
+    #[default]
+    Exclusive,
+    /// With any number of other shared holders, never with an exclusive one.
+    Shared,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Exclusive => "exclusive",
+            Mode::Shared => "shared",
+        }
+    }
+}
 
 /// A request to become one of NAME's holders.
 #[derive(Clone, Debug)]
 pub struct AcquireRequest {
     pub name: LockName,
-    /// Semaphore size; 1 for a plain lock.
+    /// Semaphore size; 1 for a plain lock (and for every shared request).
     pub limit: u32,
+    pub mode: Mode,
     /// Requested lease length; the backend may raise it.
     pub ttl: Duration,
     /// Give up at this point; `None` waits forever. A deadline in the past means: try once.
     pub deadline: Option<BootInstant>,
     /// Who is asking, stored for `status`.
     pub holder: HolderInfo,
+    /// Newest-wins waiting: joining the line makes every older waiter that also passed
+    /// `--supersede` give up.
+    pub supersede: bool,
 }
 
-/// Who holds (or asks for) a lease; shown by `status`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+impl AcquireRequest {
+    /// Whether this request waits at all (a deadline already past means: try once).
+    pub fn waits(&self) -> bool {
+        self.deadline.is_none_or(|d| d > BootInstant::now())
+    }
+
+    /// Whether the deadline has passed.
+    pub fn expired(&self) -> bool {
+        self.deadline.is_some_and(|d| d <= BootInstant::now())
+    }
+}
+
+/// Who holds (or asks for) a lease; shown by `status` and in waiting messages.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HolderInfo {
     /// The holding lockrun's pid.
     pub pid: u32,
@@ -42,11 +85,13 @@ pub struct HolderInfo {
     pub note: Option<String>,
     /// RFC 3339, UTC, seconds.
     pub acquired_at: String,
+    #[serde(default)]
+    pub mode: Mode,
 }
 
 impl HolderInfo {
     /// This process, asking now.
-    pub fn current(note: Option<String>) -> Self {
+    pub fn current(note: Option<String>, mode: Mode) -> Self {
         let user = nix::unistd::User::from_uid(nix::unistd::getuid())
             .ok()
             .flatten()
@@ -61,6 +106,7 @@ impl HolderInfo {
             user,
             note,
             acquired_at: now_rfc3339(),
+            mode,
         }
     }
 
@@ -70,6 +116,42 @@ impl HolderInfo {
             acquired_at: now_rfc3339(),
             ..self.clone()
         }
+    }
+
+    /// A record that cannot be read (written by something other than lockrun).
+    pub fn unknown() -> Self {
+        HolderInfo {
+            pid: 0,
+            host: String::new(),
+            user: String::new(),
+            note: None,
+            acquired_at: String::new(),
+            mode: Mode::Exclusive,
+        }
+    }
+
+    /// The record as stored by the backends (JSON).
+    pub fn encode(&self) -> String {
+        // A struct of strings and numbers always serializes.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// A stored record; [`HolderInfo::unknown`] when it is not one of lockrun's.
+    pub fn decode(stored: &[u8]) -> Self {
+        serde_json::from_slice(stored).unwrap_or_else(|_| HolderInfo::unknown())
+    }
+
+    /// `host pid N, note …` for messages.
+    pub fn describe(&self) -> String {
+        let mut text = match (self.host.is_empty(), self.pid) {
+            (_, 0) => "a process that is not a lockrun".to_owned(),
+            (true, pid) => format!("pid {pid}"),
+            (false, pid) => format!("{} pid {pid}", self.host),
+        };
+        if let Some(note) = &self.note {
+            text.push_str(&format!(", note {note}"));
+        }
+        text
     }
 }
 
@@ -91,6 +173,21 @@ pub struct Grant {
     /// When the winning request was sent.
     pub sent_at: BootInstant,
 }
+
+/// How an acquisition ended, when the backend could be asked.
+pub enum Acquired {
+    /// This run is a holder.
+    Held(Box<dyn Lease>),
+    /// NAME stayed busy until the deadline.
+    Busy,
+    /// A newer `--supersede` waiter took this one's place; who it is.
+    Superseded(HolderInfo),
+    /// The caller's cancellation fired (a signal); the line was left.
+    Cancelled,
+}
+
+/// What stops a wait early: a future the caller completes (on a signal, say).
+pub type Cancel<'a> = Pin<&'a mut (dyn Future<Output = ()> + Send)>;
 
 /// A confirmed renewal: the lease now runs for `ttl` from the moment the renewal was sent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -134,6 +231,22 @@ pub trait Lease: Send + Sync {
 
     /// Gives the lease up, only if this run still owns it, and wakes the next waiter.
     async fn release(self: Box<Self>) -> Result<(), BackendError>;
+
+    /// Resolves when the backend announces that this lease may have been broken (`release
+    /// --force`); the supervisor then renews at once to find out. A hint, never a verdict: a
+    /// backend that cannot announce anything never resolves.
+    async fn revoked(&self) {
+        std::future::pending().await
+    }
+}
+
+/// Whether a `--min-interval` run may go ahead.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum IntervalClaim {
+    /// Nobody ran NAME within the interval; this run's start is now recorded.
+    Claimed,
+    /// NAME was last acquired this long ago, by the backend's clock.
+    TooSoon { ago: Duration },
 }
 
 /// One backend, opened.
@@ -142,21 +255,36 @@ pub trait Backend: Send + Sync {
     /// Where this backend lives, for messages (no password).
     fn describe(&self) -> String;
 
-    /// Becomes a holder of `request.name`, waiting until `request.deadline`. `Ok(None)` means the
-    /// lock stayed busy until the deadline.
+    /// Whether a lease can expire under a live holder (every backend but kernel locks).
+    fn expires(&self) -> bool {
+        true
+    }
+
+    /// Becomes a holder of `request.name`, waiting until `request.deadline` or until `cancel`
+    /// resolves, whichever comes first.
     async fn acquire(
         &self,
         request: &AcquireRequest,
-    ) -> Result<Option<Box<dyn Lease>>, BackendError>;
+        cancel: Cancel<'_>,
+    ) -> Result<Acquired, BackendError>;
 
-    /// Who holds `name` now.
+    /// Who holds `name` now, and who waits.
     async fn status(&self, name: &LockName) -> Result<LockStatus, BackendError>;
 
     /// Every held name that starts with `prefix`, sorted by name.
     async fn list(&self, prefix: &str) -> Result<Vec<LockStatus>, BackendError>;
 
-    /// Drops every holder of `name`; returns how many there were. Tokens are never reset.
+    /// Drops every holder of `name` and tells each at once; returns how many there were. Tokens
+    /// are never reset.
     async fn force_release(&self, name: &LockName) -> Result<usize, BackendError>;
+
+    /// `--min-interval`: atomically, by the backend's clock where it has one, records that NAME is
+    /// run now unless it was last recorded less than `interval` ago.
+    async fn claim_interval(
+        &self,
+        name: &LockName,
+        interval: Duration,
+    ) -> Result<IntervalClaim, BackendError>;
 
     /// The backend server's wall clock, for the skew that `lockrun drill` reports; `None` for a
     /// backend without a clock of its own. No lease decision ever uses it.
@@ -165,7 +293,7 @@ pub trait Backend: Send + Sync {
     }
 }
 
-/// `status --json`: the contract's shape.
+/// `status --json`: the contract's shape, plus the line of waiters in order (`queue`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct LockStatus {
     pub name: String,
@@ -173,6 +301,39 @@ pub struct LockStatus {
     pub limit: u32,
     pub waiters: u32,
     pub holders: Vec<HolderStatus>,
+    /// The waiters, first in line first, where the backend can tell.
+    pub queue: Vec<WaiterStatus>,
+}
+
+impl LockStatus {
+    /// NAME free, nobody waiting.
+    pub fn free(name: &LockName) -> Self {
+        LockStatus {
+            name: name.to_string(),
+            held: false,
+            limit: 1,
+            waiters: 0,
+            holders: Vec::new(),
+            queue: Vec::new(),
+        }
+    }
+
+    /// A status from its holders and waiters; `held` and `waiters` follow from them.
+    pub fn new(
+        name: &LockName,
+        limit: u32,
+        holders: Vec<HolderStatus>,
+        queue: Vec<WaiterStatus>,
+    ) -> Self {
+        LockStatus {
+            name: name.to_string(),
+            held: !holders.is_empty(),
+            limit: limit.max(1),
+            waiters: u32::try_from(queue.len()).unwrap_or(u32::MAX),
+            holders,
+            queue,
+        }
+    }
 }
 
 /// One holder in [`LockStatus`].
@@ -186,6 +347,7 @@ pub struct HolderStatus {
     pub acquired_at: String,
     pub expires_in_ms: u64,
     pub slot: u32,
+    pub mode: Mode,
 }
 
 impl HolderStatus {
@@ -200,6 +362,33 @@ impl HolderStatus {
             acquired_at: info.acquired_at,
             expires_in_ms: expires_in.as_millis().try_into().unwrap_or(u64::MAX),
             slot,
+            mode: info.mode,
+        }
+    }
+}
+
+/// One waiter in [`LockStatus::queue`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct WaiterStatus {
+    pub pid: u32,
+    pub host: String,
+    pub user: String,
+    pub note: Option<String>,
+    /// When it joined the line, RFC 3339.
+    pub since: String,
+    pub mode: Mode,
+}
+
+impl WaiterStatus {
+    /// A waiter from the record it stored when it joined (its `acquired_at` is when it joined).
+    pub fn new(info: HolderInfo) -> Self {
+        WaiterStatus {
+            pid: info.pid,
+            host: info.host,
+            user: info.user,
+            note: info.note,
+            since: info.acquired_at,
+            mode: info.mode,
         }
     }
 }

@@ -1,20 +1,21 @@
-//! The lease abstraction and its implementations, one file (or folder) per backend.
+//! The lease abstraction and its implementations, one folder per backend.
 //!
 //! The supervisor and the subcommands see only [`Backend`] and [`Lease`]; which engine sits behind
-//! them is decided once, from the URL, by [`BackendSpec::open`].
+//! them is decided once, from the URL, by [`BackendSpec::parse`] and [`BackendSpec::open`].
+//! Backends with a server-side line of waiters implement [`waiting::line::Line`] and get the
+//! waiting itself from [`waiting::line::InLine`].
 
 mod api;
 mod etcd;
 mod file;
-#[cfg(test)]
-pub mod memory;
 mod postgres;
-mod queue;
 mod redis;
 mod spec;
+mod url;
+mod waiting;
 
 pub use api::{
-    AcquireRequest, Backend, BackendError, Grant, HolderInfo, HolderStatus, Lease, LockStatus,
-    RenewError, Renewal,
+    AcquireRequest, Acquired, Backend, BackendError, Cancel, Grant, HolderInfo, HolderStatus,
+    IntervalClaim, Lease, LockStatus, MAX_LIMIT, Mode, RenewError, Renewal, WaiterStatus,
 };
-pub use spec::{BackendSpec, default_state_dir, has_secret, percent_decode, redact};
+pub use spec::{BackendSpec, Settings, default_state_dir, has_secret, redact};

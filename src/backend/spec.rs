@@ -1,151 +1,137 @@
-//! Backend URLs: parsing them into a [`BackendSpec`], redacting them for messages, and opening the
-//! backend they name.
+//! Which backend, parsed once from its URL into that backend's own typed settings, and opened.
 //!
-//! A URL is judged here, before anything connects, so a typo is a usage error (exit 64) and never a
-//! half-run command. Passwords stay inside the spec: [`BackendSpec::redacted`] and [`redact`] are
-//! the only ways a URL reaches a message.
+//! A URL is judged here, before anything connects or runs, so a typo is a usage error (exit 64) and
+//! never a half-run command. Each backend owns its `Settings::parse`; this file only dispatches on
+//! the scheme. Passwords stay inside the settings: [`BackendSpec::shown`] (computed once, at parse
+//! time) and [`redact`] are the only ways a URL reaches a message.
+//!
+//! Adding a backend: a variant here, its scheme in [`BackendSpec::parse`] and in [`SCHEMES`], and
+//! its arm in [`BackendSpec::settings`].
 
 use std::path::{Path, PathBuf};
 
-use super::{Backend, BackendError};
+use async_trait::async_trait;
 
-/// Which backend to talk to, and where.
-#[derive(Clone, Debug, PartialEq, Eq)]
+use super::{Backend, BackendError, etcd, file, postgres, redis};
+
+pub use super::url::redact;
+
+/// The schemes lockrun knows, for messages.
+const SCHEMES: &str = "file, redis, rediss, etcd, postgres or postgresql";
+
+/// What every backend's settings offer, once parsed.
+#[async_trait]
+pub trait Settings: Send + Sync + std::fmt::Debug {
+    /// The URL with its password replaced: the only form messages and `status` show.
+    fn shown(&self) -> &str;
+
+    /// Every form of every secret the URL holds, for scrubbing messages; empty when none.
+    fn secrets(&self) -> &[String] {
+        &[]
+    }
+
+    /// Local files the URL names (`cacert=`, `sslrootcert=`), with the option that names each, so
+    /// that an unreadable one is a usage error before anything connects.
+    fn files(&self) -> Vec<(&'static str, &Path)> {
+        Vec::new()
+    }
+
+    /// The URL as given, password included, for handing to another lockrun through a private
+    /// file (the drill's holders).
+    fn url(&self) -> String;
+
+    /// Connects (networked backends) or opens the state directory, so that an unreachable
+    /// backend fails before anything runs.
+    async fn open(&self) -> Result<Box<dyn Backend>, BackendError>;
+}
+
+/// Which backend to talk to, and how.
+#[derive(Debug)]
 pub enum BackendSpec {
-    /// Kernel locks on files in `dir`, on this host only.
-    File { dir: PathBuf },
-    /// A Redis server; `tls` for `rediss://`.
-    Redis { url: String, tls: bool },
-    /// An etcd cluster, reached through any of `endpoints` (`host:port`).
-    Etcd { url: String, endpoints: Vec<String> },
+    /// Kernel locks on files in a directory, on this host only.
+    File(file::Settings),
+    /// One Redis server (`redis://`, `rediss://`).
+    Redis(Box<redis::Settings>),
+    /// An etcd cluster.
+    Etcd(Box<etcd::Settings>),
     /// A PostgreSQL server.
-    Postgres { url: String },
+    Postgres(Box<postgres::Settings>),
 }
 
 impl BackendSpec {
     /// Parses a backend URL; the error is a one-line usage message that never echoes a password.
     pub fn parse(raw: &str) -> Result<Self, String> {
-        let Some((scheme, rest)) = raw.split_once("://") else {
-            return Err(format!(
-                "invalid backend {:?}: expected a URL such as file:///var/lib/lockrun or redis://host:6379",
-                redact(raw)
-            ));
+        let scheme = raw
+            .split_once("://")
+            .map(|(scheme, _)| scheme)
+            .filter(|scheme| super::url::is_scheme(scheme));
+        let parsed = match scheme {
+            Some("file") => file::Settings::parse(raw).map(BackendSpec::File),
+            Some("redis" | "rediss") => {
+                redis::Settings::parse(raw).map(|s| BackendSpec::Redis(Box::new(s)))
+            }
+            Some("etcd") => etcd::Settings::parse(raw).map(|s| BackendSpec::Etcd(Box::new(s))),
+            Some("postgres" | "postgresql") => {
+                postgres::Settings::parse(raw).map(|s| BackendSpec::Postgres(Box::new(s)))
+            }
+            Some(other) => Err(format!("unknown backend scheme {other:?}: use {SCHEMES}")),
+            None => Err(
+                "expected a URL such as file:///var/lib/lockrun or redis://host:6379".to_owned(),
+            ),
         };
-        match scheme {
-            "file" => parse_file(rest),
-            "redis" | "rediss" => {
-                let url = url::Url::parse(raw).map_err(|e| bad_url(raw, e))?;
-                if url.host_str().is_none_or(str::is_empty) {
-                    return Err(format!("invalid backend {:?}: no host", redact(raw)));
-                }
-                let db = url.path().trim_start_matches('/');
-                if !db.is_empty() && db.parse::<u32>().is_err() {
-                    return Err(format!(
-                        "invalid backend {:?}: database {db:?} is not a number",
-                        redact(raw)
-                    ));
-                }
-                Ok(BackendSpec::Redis {
-                    url: raw.to_owned(),
-                    tls: scheme == "rediss",
-                })
-            }
-            "etcd" => parse_etcd(raw, rest),
-            "postgres" | "postgresql" => {
-                url::Url::parse(raw).map_err(|e| bad_url(raw, e))?;
-                // lockrun's own query parameters and the client's syntax, judged before connecting.
-                super::postgres::Settings::parse(raw).map_err(|e| e.to_string())?;
-                Ok(BackendSpec::Postgres {
-                    url: raw.to_owned(),
-                })
-            }
-            other if is_scheme(other) => Err(format!(
-                "unknown backend scheme {other:?} in {:?}: use file, redis, rediss, etcd, postgres or postgresql",
-                redact(raw)
-            )),
-            _ => Err(format!(
-                "invalid backend {:?}: expected a URL such as file:///var/lib/lockrun or redis://host:6379",
-                redact(raw)
-            )),
-        }
+        parsed.map_err(|reason| format!("invalid backend {:?}: {reason}", redact(raw)))
     }
 
     /// The default backend: `file://` with the per-user state directory.
     pub fn default_file() -> Result<Self, String> {
-        Ok(BackendSpec::File {
-            dir: default_state_dir()?,
-        })
+        Ok(BackendSpec::File(file::Settings::default_dir()?))
+    }
+
+    /// This backend's settings, as every backend offers them.
+    pub fn settings(&self) -> &dyn Settings {
+        match self {
+            BackendSpec::File(s) => s,
+            BackendSpec::Redis(s) => &**s,
+            BackendSpec::Etcd(s) => &**s,
+            BackendSpec::Postgres(s) => &**s,
+        }
     }
 
     /// The URL with any password replaced, fit for messages and `status`.
-    pub fn redacted(&self) -> String {
-        match self {
-            BackendSpec::File { dir } => format!("file://{}", dir.display()),
-            BackendSpec::Redis { url, .. }
-            | BackendSpec::Etcd { url, .. }
-            | BackendSpec::Postgres { url } => redact(url),
+    pub fn shown(&self) -> &str {
+        self.settings().shown()
+    }
+
+    /// Whether the URL carries a secret that must not reach a child's environment.
+    pub fn has_secret(&self) -> bool {
+        !self.settings().secrets().is_empty()
+    }
+
+    /// Checks that every local file the URL names can be read; the error is a usage message.
+    pub fn check_files(&self) -> Result<(), String> {
+        for (option, path) in self.settings().files() {
+            if let Err(e) = std::fs::File::open(path) {
+                return Err(format!(
+                    "cannot read the {option}= file {} of --backend: {}",
+                    path.display(),
+                    crate::messages::io(&e)
+                ));
+            }
         }
+        Ok(())
     }
 
     /// Opens the backend. Networked backends connect here, so an unreachable one fails before
     /// anything runs.
     pub async fn open(&self) -> Result<Box<dyn Backend>, BackendError> {
-        match self {
-            BackendSpec::File { dir } => Ok(Box::new(super::file::FileBackend::open(dir)?)),
-            BackendSpec::Redis { url, .. } => {
-                Ok(Box::new(super::redis::RedisBackend::open(url).await?))
-            }
-            BackendSpec::Postgres { url } => {
-                Ok(Box::new(super::postgres::PostgresBackend::open(url).await?))
-            }
-            BackendSpec::Etcd { url, endpoints } => {
-                Ok(Box::new(super::etcd::EtcdBackend::open(url, endpoints)?))
-            }
-        }
+        self.settings().open().await
     }
 }
 
-fn bad_url(raw: &str, e: url::ParseError) -> String {
-    format!("invalid backend {:?}: {e}", redact(raw))
-}
-
-fn parse_file(rest: &str) -> Result<BackendSpec, String> {
-    if rest.is_empty() {
-        return BackendSpec::default_file();
-    }
-    let path = rest.strip_prefix("localhost").unwrap_or(rest);
-    if !path.starts_with('/') {
-        return Err(format!(
-            "invalid backend \"file://{rest}\": give an absolute directory, as in file:///var/lib/lockrun"
-        ));
-    }
-    if path.contains('\0') {
-        return Err("invalid backend: the directory contains a NUL byte".into());
-    }
-    Ok(BackendSpec::File {
-        dir: PathBuf::from(path),
-    })
-}
-
-fn parse_etcd(raw: &str, rest: &str) -> Result<BackendSpec, String> {
-    let authority = rest.split(['/', '?']).next().unwrap_or_default();
-    let hosts = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    let endpoints: Vec<String> = hosts.split(',').map(str::to_owned).collect();
-    for endpoint in &endpoints {
-        let valid = endpoint.rsplit_once(':').is_some_and(|(host, port)| {
-            !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0)
-        });
-        if !valid {
-            return Err(format!(
-                "invalid backend {:?}: endpoint {endpoint:?} is not host:port",
-                redact(raw)
-            ));
-        }
-    }
-    Ok(BackendSpec::Etcd {
-        url: raw.to_owned(),
-        endpoints,
-    })
+/// Whether `raw`, any text that may be a backend URL, carries a secret that must not reach a
+/// child's environment.
+pub fn has_secret(raw: &str) -> bool {
+    redact(raw) != raw
 }
 
 /// The per-user state directory: `/var/lib/lockrun` for root, else `$XDG_STATE_HOME/lockrun` or
@@ -164,94 +150,24 @@ pub fn default_state_dir() -> Result<PathBuf, String> {
     Err("no state directory: set HOME or XDG_STATE_HOME, or pass --backend file:///DIR".into())
 }
 
-/// `raw` with the password of its authority (`user:password@`) replaced by `***`. Works on text
-/// that is not a valid URL too, since invalid URLs are quoted in usage errors.
-pub fn redact(raw: &str) -> String {
-    let Some((scheme, rest)) = raw
-        .split_once("://")
-        .filter(|(scheme, _)| is_scheme(scheme))
-    else {
-        // Not a URL that can be read: a password typed without a scheme (`user:pw@host`) must
-        // still not show, so everything before the last `@` goes.
-        return match raw.rsplit_once('@') {
-            Some((_, host)) => format!("***@{host}"),
-            None => raw.to_owned(),
-        };
-    };
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(end);
-    let tail = redact_query(tail);
-    let Some((userinfo, hosts)) = authority.rsplit_once('@') else {
-        return format!("{scheme}://{authority}{tail}");
-    };
-    let hidden = match userinfo.split_once(':') {
-        Some((user, _)) => format!("{user}:***"),
-        // `redis://secret@host` passes the whole userinfo as the password (as redis-cli reads
-        // it); elsewhere a lone userinfo is a user name.
-        None if scheme.starts_with("redis") => "***".to_owned(),
-        None => userinfo.to_owned(),
-    };
-    format!("{scheme}://{hidden}@{hosts}{tail}")
-}
-
-/// Whether `text` can be a URL scheme (RFC 3986: a letter, then letters, digits, `+`, `-`, `.`).
-fn is_scheme(text: &str) -> bool {
-    text.starts_with(|c: char| c.is_ascii_alphabetic())
-        && text
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
-}
-
-/// Hides `password=` query parameters (PostgreSQL accepts them).
-fn redact_query(tail: &str) -> String {
-    let Some((path, query)) = tail.split_once('?') else {
-        return tail.to_owned();
-    };
-    let query: Vec<String> = query
-        .split('&')
-        .map(|pair| match pair.split_once('=') {
-            Some((key, _)) if key.eq_ignore_ascii_case("password") => format!("{key}=***"),
-            _ => pair.to_owned(),
-        })
-        .collect();
-    format!("{path}?{}", query.join("&"))
-}
-
-/// `%XX` escapes in a URL part decoded (a `+` stays a `+`, as libpq and redis-cli read it);
-/// malformed escapes are kept as written.
-pub fn percent_decode(raw: &str) -> String {
-    percent_encoding::percent_decode_str(raw)
-        .decode_utf8_lossy()
-        .into_owned()
-}
-
-/// Whether `raw` carries a secret that must not reach a child's environment.
-pub fn has_secret(raw: &str) -> bool {
-    redact(raw) != raw
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn parses_each_scheme() {
-        assert_eq!(
-            BackendSpec::parse("file:///tmp/locks").unwrap(),
-            BackendSpec::File {
-                dir: "/tmp/locks".into()
-            }
-        );
+        let BackendSpec::File(file) = BackendSpec::parse("file:///tmp/locks").unwrap() else {
+            panic!("not file")
+        };
+        assert_eq!(file.dir(), Path::new("/tmp/locks"));
         assert!(matches!(
             BackendSpec::parse("rediss://u:p@h:6380/2").unwrap(),
-            BackendSpec::Redis { tls: true, .. }
+            BackendSpec::Redis(_)
         ));
-        let BackendSpec::Etcd { endpoints, .. } =
-            BackendSpec::parse("etcd://a:2379,b:2379").unwrap()
-        else {
-            panic!("not etcd")
-        };
-        assert_eq!(endpoints, ["a:2379", "b:2379"]);
+        assert!(matches!(
+            BackendSpec::parse("etcd://a:2379,b:2379").unwrap(),
+            BackendSpec::Etcd(_)
+        ));
         assert!(BackendSpec::parse("postgresql://u@h/db").is_ok());
     }
 
@@ -262,33 +178,35 @@ mod tests {
             "file://relative",
             "redis://u:hunter2@/",
             "redis://u:hunter2@h/x",
+            "redis://u:hunter2@h:1?tls=1",
             "etcd://u:hunter2@h",
+            "etcd://u:hunter2@h:1?tls=1",
             "etcd://h:1,h",
+            "etcd://u:hunter2@h:1?cert=/c.pem",
+            "postgres://u:hunter2@h/db?sslmode=bogus",
+            "postgres://u:hunter2@h/db?nosuch=1",
             "nonsense",
+            "u:hunter2@h",
         ] {
             let err = BackendSpec::parse(bad).unwrap_err();
             assert!(!err.contains("hunter2"), "{err}");
             assert!(!err.contains('\n'));
+            assert!(err.starts_with("invalid backend"), "{err}");
         }
     }
 
     #[test]
-    fn redacts_passwords_everywhere() {
-        assert_eq!(redact("redis://u:pw@h:1/0"), "redis://u:***@h:1/0");
-        assert_eq!(redact("redis://:pw@h"), "redis://:***@h");
-        assert_eq!(redact("redis://pw@h"), "redis://***@h");
-        assert_eq!(redact("postgres://app@h/db"), "postgres://app@h/db");
-        assert_eq!(redact("postgres://app:pw@h/db"), "postgres://app:***@h/db");
-        assert_eq!(redact("etcd://u:p@a:1,b:2"), "etcd://u:***@a:1,b:2");
+    fn shown_forms_hide_passwords_and_keep_the_rest() {
+        let shown = |raw: &str| BackendSpec::parse(raw).unwrap().shown().to_owned();
+        assert_eq!(shown("redis://u:pw@h:1/0"), "redis://u:***@h:1/0");
+        assert_eq!(shown("redis://pw@h"), "redis://***@h");
+        assert_eq!(shown("etcd://u:p/w@a:1,b:2"), "etcd://u:***@a:1,b:2");
         assert_eq!(
-            redact("postgres://h/db?user=x&password=pw"),
+            shown("postgres://h/db?user=x&password=pw"),
             "postgres://h/db?user=x&password=***"
         );
-        assert_eq!(redact("file:///x"), "file:///x");
-        // Typed without a scheme, or with a broken one: still hidden.
-        assert_eq!(redact("admin:pw@redis.local"), "***@redis.local");
-        assert_eq!(redact("x:pw@h,redis://y"), "***@h,redis://y");
-        assert!(has_secret("redis://:pw@h"));
-        assert!(!has_secret("redis://h"));
+        assert_eq!(shown("file:///x"), "file:///x");
+        assert!(BackendSpec::parse("redis://:pw@h").unwrap().has_secret());
+        assert!(!BackendSpec::parse("redis://h").unwrap().has_secret());
     }
 }

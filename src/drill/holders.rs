@@ -16,7 +16,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, killpg};
-use nix::unistd::{Pid, getpid, getppid};
+use nix::unistd::Pid;
 
 use crate::clock::BootInstant;
 
@@ -115,18 +115,7 @@ impl Holder {
             .stdout(Stdio::null())
             .stderr(File::create(&stderr)?)
             .process_group(0);
-        let parent = getpid();
-        // SAFETY: the closure runs in the forked child before exec and only makes async-signal-safe
-        // system calls (prctl, getppid, raise); it allocates nothing.
-        unsafe {
-            command.pre_exec(move || {
-                nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
-                if getppid() != parent {
-                    nix::sys::signal::raise(Signal::SIGKILL)?;
-                }
-                Ok(())
-            });
-        }
+        crate::supervisor::die_with_parent(&mut command);
         let process = command.spawn()?;
         let group = Pid::from_raw(i32::try_from(process.id()).unwrap_or(i32::MAX));
         Ok(Holder {

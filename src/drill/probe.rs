@@ -114,7 +114,7 @@ fn probe(path: &Path, token: &str, value: &str) -> Result<u8, Error> {
         Error::internal(format!(
             "cannot write the probe store {}: {}",
             path.display(),
-            crate::report::io_reason(&e)
+            crate::messages::io(&e)
         ))
     })?;
     match answer {

@@ -13,7 +13,6 @@
 //! Before that, the backend's round trip and clock skew are measured. A step that cannot happen
 //! leaves its part of the timeline empty, and the verdict says which promise that breaks.
 
-use std::path::Path;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
@@ -58,6 +57,7 @@ pub async fn drill(
             code: crate::exit::BUSY,
         });
     }
+    let kernel_lock = !backend.expires();
     let round_trip = super::measure::round_trip(&*backend, name).await?;
     let skew_ms = super::measure::skew_ms(&*backend)
         .await
@@ -72,11 +72,11 @@ pub async fn drill(
     let workdir = Workdir::create().map_err(|e| {
         Error::internal(format!(
             "cannot create a directory for the drill: {}",
-            crate::report::io_reason(&e)
+            crate::messages::io(&e)
         ))
     })?;
     let backend_file = workdir
-        .write_private("backend", &backend_url(spec))
+        .write_private("backend", spec.settings().url().as_bytes())
         .map_err(|e| Error::internal(format!("cannot write the drill's backend file: {e}")))?;
     let plan = Plan {
         exe: &exe,
@@ -86,9 +86,9 @@ pub async fn drill(
         ttl: timing.ttl,
     };
     let mut timeline = Timeline {
-        backend: spec.redacted(),
+        backend: spec.shown().to_owned(),
         name: name.to_string(),
-        kernel_lock: matches!(spec, BackendSpec::File { .. }),
+        kernel_lock,
         requested_ttl: timing.ttl,
         granted_ttl: None,
         kill_after: timing.kill_after,
@@ -272,21 +272,6 @@ fn parse_marker(text: &str) -> Option<(i32, u64, u64)> {
     Some((pid, token, ttl))
 }
 
-/// The URL the holders are given, password included (it goes to a private file only).
-fn backend_url(spec: &BackendSpec) -> Vec<u8> {
-    use std::os::unix::ffi::OsStrExt;
-    match spec {
-        BackendSpec::File { dir } => {
-            let mut url = b"file://".to_vec();
-            url.extend_from_slice(Path::new(dir).as_os_str().as_bytes());
-            url
-        }
-        BackendSpec::Redis { url, .. }
-        | BackendSpec::Etcd { url, .. }
-        | BackendSpec::Postgres { url } => url.clone().into_bytes(),
-    }
-}
-
 fn listen(kind: SignalKind) -> Result<tokio::signal::unix::Signal, Error> {
     signal(kind).map_err(|e| Error::internal(format!("cannot install signal handlers: {e}")))
 }
@@ -301,7 +286,7 @@ fn interrupted(signal: Signal) -> Error {
 fn spawn_error(e: std::io::Error) -> Error {
     Error::internal(format!(
         "cannot start a drill holder: {}",
-        crate::report::io_reason(&e)
+        crate::messages::io(&e)
     ))
 }
 
@@ -319,8 +304,8 @@ mod tests {
     #[test]
     fn the_holders_get_the_whole_url() {
         let spec = BackendSpec::parse("redis://:pw@127.0.0.1:1/0").unwrap();
-        assert_eq!(backend_url(&spec), b"redis://:pw@127.0.0.1:1/0");
+        assert_eq!(spec.settings().url(), "redis://:pw@127.0.0.1:1/0");
         let spec = BackendSpec::parse("file:///tmp/x").unwrap();
-        assert_eq!(backend_url(&spec), b"file:///tmp/x");
+        assert_eq!(spec.settings().url(), "file:///tmp/x");
     }
 }

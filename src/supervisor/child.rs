@@ -53,28 +53,23 @@ impl Child {
         }
         command.envs(launch.env);
         command.process_group(0);
-        let parent = getpid();
         let take_terminal = lockrun_owns_terminal();
         if launch.sole_child {
             super::descendants::become_subreaper();
         }
-        // SAFETY: the closure runs in the forked child before exec and only makes async-signal-safe
-        // system calls (prctl, getppid, kill, signal, tcsetpgrp); it allocates nothing.
-        unsafe {
-            command.pre_exec(move || {
-                nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
-                // lockrun may have died between fork and prctl; then nothing would kill us later.
-                if getppid() != parent {
-                    nix::sys::signal::raise(Signal::SIGKILL)?;
-                }
-                if take_terminal {
+        die_with_parent(&mut command);
+        if take_terminal {
+            // SAFETY: the closure runs in the forked child before exec and only makes
+            // async-signal-safe system calls (signal, tcsetpgrp, getpid); it allocates nothing.
+            unsafe {
+                command.pre_exec(|| {
                     // A background group calling tcsetpgrp gets SIGTTOU unless it ignores it.
                     signal(Signal::SIGTTOU, SigHandler::SigIgn)?;
                     tcsetpgrp(stdin(), getpid())?;
                     signal(Signal::SIGTTOU, SigHandler::SigDfl)?;
-                }
-                Ok(())
-            });
+                    Ok(())
+                });
+            }
         }
         let process = tokio::process::Command::from(command)
             .spawn()
@@ -191,6 +186,24 @@ fn stdin() -> BorrowedFd<'static> {
     unsafe { BorrowedFd::borrow_raw(0) }
 }
 
+/// Makes the process `command` starts die (SIGKILL) when this process dies, however it dies: the
+/// kernel's parent-death signal, armed in the child before exec — and, should this process have
+/// died between the fork and the arming, the child kills itself at once.
+pub fn die_with_parent(command: &mut std::process::Command) {
+    let parent = getpid();
+    // SAFETY: the closure runs in the forked child before exec and only makes async-signal-safe
+    // system calls (prctl, getppid, raise); it allocates nothing.
+    unsafe {
+        command.pre_exec(move || {
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
+            if getppid() != parent {
+                nix::sys::signal::raise(Signal::SIGKILL)?;
+            }
+            Ok(())
+        });
+    }
+}
+
 /// Whether stdin is a terminal whose foreground process group is lockrun's own.
 fn lockrun_owns_terminal() -> bool {
     isatty(stdin()).unwrap_or(false) && tcgetpgrp(stdin()).is_ok_and(|pgrp| pgrp == getpgrp())
@@ -207,7 +220,7 @@ fn spawn_error(program: &OsString, e: &io::Error) -> Error {
     let (code, what) = match e.kind() {
         io::ErrorKind::NotFound => (exit::NOT_FOUND, "command not found".to_owned()),
         io::ErrorKind::PermissionDenied => (exit::NOT_EXECUTABLE, "permission denied".to_owned()),
-        _ => (exit::NOT_EXECUTABLE, crate::report::io_reason(e)),
+        _ => (exit::NOT_EXECUTABLE, crate::messages::io(e)),
     };
     Error::Spawn {
         message: format!("cannot run {program:?}: {what}"),

@@ -3,11 +3,13 @@
 
 mod child;
 mod descendants;
+#[cfg(test)]
+mod scripted_lease;
 mod signals;
 mod supervise;
 #[cfg(test)]
 mod tests;
 
-pub use child::{Child, Launch};
+pub use child::{Child, Launch, die_with_parent};
 pub use signals::{FORWARDED, listen};
 pub use supervise::{Outcome, supervise};

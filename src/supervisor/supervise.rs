@@ -1,11 +1,16 @@
 //! The supervisor loop: one `select!` over the command's exit, received signals, the renewal in
-//! flight and a boot-clock timer.
+//! flight, the backend's announcement that the lease was broken, and a boot-clock timer.
 //!
 //! The lease's expiry is known only from confirmations: a grant or renewal sent at `s` for `ttl`
 //! proves the lease until `s + ttl` and no longer. If nothing confirms it beyond that, the command
 //! is sent TERM at [`Timing::stop_at`] and KILL after the grace, so both land before the backend
 //! could hand the lease to someone else. If lockrun wakes to find the lease already past (it was
-//! paused, or the machine slept), it kills the command at once, without a renewal first.
+//! paused, or the machine slept), it kills the command at once, without a renewal first. A
+//! backend's announcement of a forced release is only a reason to renew at once: the renewal's
+//! answer decides.
+//!
+//! `--timeout` stops the command the same way (TERM, KILL after the grace), but the lease is kept
+//! — still renewed — until the command is gone, and released after.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -18,6 +23,7 @@ use super::child::Child;
 use crate::backend::{Lease, RenewError, Renewal};
 use crate::clock::{BootInstant, BootTimer};
 use crate::exit::{self, Error};
+use crate::messages::duration;
 use crate::timing::Timing;
 
 /// How the supervised run ended.
@@ -27,16 +33,26 @@ pub enum Outcome {
     Exited(u8),
     /// The lease was lost; the command was stopped (or had ended after the lease did).
     LeaseLost(String),
+    /// `--timeout` ran out; the command was stopped.
+    TimedOut,
 }
 
 /// Longest wait for the release after the command ended: the lease expires by itself anyway.
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
 const MIN_RETRY: Duration = Duration::from_millis(20);
-/// How often the descendants of a command stopped for a lost lease are looked for.
+/// How often the descendants of a stopped command are looked for.
 const SWEEP_INTERVAL: Duration = Duration::from_millis(20);
 const MAX_RETRY: Duration = Duration::from_secs(1);
 
 type RenewFuture<'a> = Pin<Box<dyn Future<Output = Result<Renewal, RenewError>> + Send + 'a>>;
+type RevokedFuture<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
+
+/// Why the command is being stopped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Cause {
+    LeaseLost(String),
+    TimedOut,
+}
 
 /// The lease-keeping state: what is confirmed, what is planned.
 struct Keeper {
@@ -44,12 +60,14 @@ struct Keeper {
     /// `None`: the lease lasts as long as this process (a kernel lock).
     expiry: Option<BootInstant>,
     next_renewal: BootInstant,
+    /// When `--timeout` runs out.
+    timeout_at: Option<BootInstant>,
     /// Set once the command is being stopped: why, and when KILL follows TERM.
     stopping: Option<Stopping>,
 }
 
 struct Stopping {
-    reason: String,
+    cause: Cause,
     kill_at: Option<BootInstant>,
 }
 
@@ -58,34 +76,62 @@ impl Keeper {
         (self.timing.renew / 4).clamp(MIN_RETRY, MAX_RETRY)
     }
 
+    /// Whether the lease is still worth renewing: not once it is known lost.
+    fn keeps_lease(&self) -> bool {
+        !matches!(
+            self.stopping,
+            Some(Stopping {
+                cause: Cause::LeaseLost(_),
+                ..
+            })
+        )
+    }
+
     /// The next moment the loop must look at the clock.
     fn next_wake(&self, renewal_in_flight: Option<BootInstant>) -> Option<BootInstant> {
-        if let Some(stopping) = &self.stopping {
-            return stopping.kill_at;
+        let kill = self.stopping.as_ref().and_then(|s| s.kill_at);
+        if !self.keeps_lease() {
+            return kill;
         }
         let renew = match renewal_in_flight {
             Some(sent) => sent + self.timing.renew.max(MIN_RETRY),
             None => self.next_renewal,
         };
         let stop = self.expiry.map(|e| self.timing.stop_at(e));
-        Some(stop.map_or(renew, |s| s.min(renew)))
+        let timeout = self.timeout_at.filter(|_| self.stopping.is_none());
+        [Some(renew), stop, timeout, kill]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
-    /// Starts stopping the command: TERM now, KILL after the grace (but before the expiry).
-    fn begin_stop(&mut self, child: &Child, reason: String, now: BootInstant) {
-        if self.stopping.is_some() {
-            return;
-        }
-        crate::error!("{reason}; stopping the command");
-        child.signal_everything(Signal::SIGTERM);
+    /// Starts stopping the command: TERM now, KILL after the grace (but before the expiry). A
+    /// lost lease found while a timed-out command is being stopped takes over, with its tighter
+    /// KILL.
+    fn begin_stop(&mut self, child: &Child, cause: Cause, now: BootInstant) {
         let mut kill_at = now + self.timing.kill_after;
         if let Some(expiry) = self.expiry {
             kill_at = kill_at.min(expiry.saturating_sub(self.timing.margin()));
         }
-        self.stopping = Some(Stopping {
-            reason,
-            kill_at: Some(kill_at),
-        });
+        match (&mut self.stopping, &cause) {
+            (None, _) => {
+                match &cause {
+                    Cause::LeaseLost(reason) => crate::error!("{reason}; stopping the command"),
+                    Cause::TimedOut => {}
+                }
+                child.signal_everything(Signal::SIGTERM);
+                self.stopping = Some(Stopping {
+                    cause,
+                    kill_at: Some(kill_at),
+                });
+            }
+            (Some(stopping), Cause::LeaseLost(reason)) if stopping.cause == Cause::TimedOut => {
+                crate::error!("{reason} while the command was being stopped");
+                stopping.kill_at = stopping.kill_at.map(|k| k.min(kill_at));
+                stopping.cause = cause;
+            }
+            (Some(_), _) => {}
+        }
     }
 
     /// Kills the command at once: the lease is already gone.
@@ -93,19 +139,21 @@ impl Keeper {
         crate::error!("{reason}; killing the command");
         child.signal_everything(Signal::SIGKILL);
         self.stopping = Some(Stopping {
-            reason,
+            cause: Cause::LeaseLost(reason),
             kill_at: None,
         });
     }
 
-    /// Acts on the clock: expiry passed, stop point reached, KILL due. Returns whether a renewal
-    /// should be started now.
+    /// Acts on the clock: expiry passed, stop point reached, timeout, KILL due. Returns whether a
+    /// renewal should be started now.
     fn on_time(&mut self, child: &Child, now: BootInstant, renewal_in_flight: bool) -> bool {
-        if let Some(stopping) = &mut self.stopping {
-            if stopping.kill_at.is_some_and(|k| now >= k) {
-                stopping.kill_at = None;
-                child.signal_everything(Signal::SIGKILL);
-            }
+        if let Some(stopping) = &mut self.stopping
+            && stopping.kill_at.is_some_and(|k| now >= k)
+        {
+            stopping.kill_at = None;
+            child.signal_everything(Signal::SIGKILL);
+        }
+        if !self.keeps_lease() {
             return false;
         }
         if let Some(expiry) = self.expiry {
@@ -115,7 +163,7 @@ impl Keeper {
                     child,
                     format!(
                         "lease expired {} ago while lockrun could not act (paused or suspended?)",
-                        humantime::format_duration(round_ms(late))
+                        duration(late)
                     ),
                 );
                 return false;
@@ -124,14 +172,21 @@ impl Keeper {
                 let left = expiry - now;
                 self.begin_stop(
                     child,
-                    format!(
+                    Cause::LeaseLost(format!(
                         "lease not renewed in time ({} left before it could expire)",
-                        humantime::format_duration(round_ms(left))
-                    ),
+                        duration(left)
+                    )),
                     now,
                 );
                 return false;
             }
+        }
+        if self.stopping.is_none()
+            && let Some(timeout_at) = self.timeout_at
+            && now >= timeout_at
+        {
+            crate::error!("--timeout ran out; stopping the command");
+            self.begin_stop(child, Cause::TimedOut, now);
         }
         !renewal_in_flight && now >= self.next_renewal
     }
@@ -149,9 +204,11 @@ impl Keeper {
                 self.next_renewal = sent + self.timing.renew;
                 crate::debug!("renewed in {} ms", now.saturating_since(sent).as_millis());
             }
-            Err(RenewError::Lost(reason)) => {
-                self.begin_stop(child, format!("lease lost: {reason}"), now)
-            }
+            Err(RenewError::Lost(reason)) => self.begin_stop(
+                child,
+                Cause::LeaseLost(format!("lease lost: {reason}")),
+                now,
+            ),
             Err(RenewError::Unconfirmed(e)) => {
                 crate::warn!("renewal not confirmed: {e}; retrying");
                 // Counted from when the failed renewal was sent: one that failed fast (connection
@@ -162,11 +219,12 @@ impl Keeper {
     }
 }
 
-/// Keeps `lease` while `child` runs, forwarding `signals` to its group, and releases the lease
-/// at the end.
+/// Keeps `lease` while `child` runs, forwarding `signals` to its group, stopping it when
+/// `timeout` runs out, and releases the lease at the end.
 pub async fn supervise(
     lease: Box<dyn Lease>,
     timing: Timing,
+    timeout: Option<Duration>,
     child: &mut Child,
     signals: &mut mpsc::UnboundedReceiver<Signal>,
 ) -> Result<Outcome, Error> {
@@ -175,11 +233,13 @@ pub async fn supervise(
         timing,
         expiry: grant.ttl.map(|ttl| grant.sent_at + ttl),
         next_renewal: grant.sent_at + timing.renew,
+        timeout_at: timeout.map(|t| BootInstant::now() + t),
         stopping: None,
     };
     let mut timer =
         BootTimer::new().map_err(|e| Error::internal(format!("cannot create a timer: {e}")))?;
     let mut renewal: Option<(BootInstant, RenewFuture<'_>)> = None;
+    let mut revoked: RevokedFuture<'_> = lease.revoked();
     let mut signals_open = true;
     // SIGCHLD: a command that owns the terminal was stopped, or an orphan reparented to lockrun
     // exited and must be reaped.
@@ -195,7 +255,7 @@ pub async fn supervise(
         {
             crate::warn!(
                 "renewal not answered within {}; retrying",
-                humantime::format_duration(timing.renew)
+                duration(timing.renew)
             );
             renewal = None;
         }
@@ -223,12 +283,18 @@ pub async fn supervise(
                 let (sent, _) = renewal.take().expect("renewal in flight");
                 keeper.on_renewal(child, sent, result);
             }
+            () = revoked.as_mut(), if keeper.keeps_lease() => {
+                crate::info!("the backend announced a forced release; renewing at once to find out");
+                keeper.next_renewal = BootInstant::now();
+                revoked = lease.revoked();
+            }
             slept = timer.sleep_until(wake) => {
                 slept.map_err(|e| Error::internal(format!("timer failed: {e}")))?;
             }
         }
     };
     drop(renewal);
+    drop(revoked);
     child.restore_terminal();
     if let Some(stopping) = &keeper.stopping {
         finish_stop(stopping.kill_at, child, &mut timer).await;
@@ -237,28 +303,29 @@ pub async fn supervise(
     // The lease must have covered the whole run: a command that ended after the lease did (lockrun
     // was paused meanwhile) ran unprotected for a while, and that is reported as a loss.
     let now = BootInstant::now();
-    if keeper.stopping.is_none()
+    if keeper.keeps_lease()
         && let Some(expiry) = keeper.expiry
         && now >= expiry
     {
         let reason = "lease expired before the command ended (lockrun was paused or suspended?)";
         crate::error!("{reason}");
         keeper.stopping = Some(Stopping {
-            reason: reason.into(),
+            cause: Cause::LeaseLost(reason.into()),
             kill_at: None,
         });
     }
 
     release(lease, timing).await;
-    Ok(match keeper.stopping {
-        Some(stopping) => Outcome::LeaseLost(stopping.reason),
+    Ok(match keeper.stopping.map(|s| s.cause) {
+        Some(Cause::LeaseLost(reason)) => Outcome::LeaseLost(reason),
+        Some(Cause::TimedOut) => Outcome::TimedOut,
         None => Outcome::Exited(exit::from_wait_status(status)),
     })
 }
 
 /// The command exited while being stopped; its descendants got the same TERM. Waits for them
 /// until the KILL is due, then kills whatever is left, so nothing the command started outlives a
-/// lost lease.
+/// lost lease or a timeout.
 async fn finish_stop(kill_at: Option<BootInstant>, child: &Child, timer: &mut BootTimer) {
     let deadline = kill_at.unwrap_or_else(BootInstant::now);
     loop {
@@ -290,8 +357,4 @@ async fn release(lease: Box<dyn Lease>, timing: Timing) {
         Ok(Err(e)) => crate::warn!("release failed: {e}; the lease will expire by itself"),
         Err(_) => crate::warn!("release not answered; the lease will expire by itself"),
     }
-}
-
-fn round_ms(d: Duration) -> Duration {
-    Duration::from_millis(d.as_millis().try_into().unwrap_or(u64::MAX))
 }

@@ -7,8 +7,8 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 use tokio::sync::mpsc;
 
+use super::scripted_lease::{Renewals, Script, ScriptedLease};
 use super::{Child, Launch, Outcome, supervise};
-use crate::backend::memory::{Renewals, Script, ScriptedLease};
 use crate::clock::BootInstant;
 use crate::timing::Timing;
 
@@ -40,7 +40,9 @@ async fn run(
     let lease = ScriptedLease::new(TTL, sent_at, control.clone());
     let mut child = sh(script);
     let (_tx, mut rx) = mpsc::unbounded_channel();
-    let outcome = supervise(lease, timing, &mut child, &mut rx).await.unwrap();
+    let outcome = supervise(lease, timing, None, &mut child, &mut rx)
+        .await
+        .unwrap();
     (outcome, BootInstant::now(), sent_at + TTL, control)
 }
 
@@ -112,7 +114,9 @@ async fn a_lease_already_past_is_not_renewed_and_the_command_is_killed_at_once()
     let mut child = sh("sleep 10");
     let (_tx, mut rx) = mpsc::unbounded_channel();
     let started = BootInstant::now();
-    let outcome = supervise(lease, timing, &mut child, &mut rx).await.unwrap();
+    let outcome = supervise(lease, timing, None, &mut child, &mut rx)
+        .await
+        .unwrap();
     assert!(
         matches!(outcome, Outcome::LeaseLost(ref r) if r.contains("expired")),
         "{outcome:?}"
@@ -132,14 +136,21 @@ async fn a_lease_already_past_is_not_renewed_and_the_command_is_killed_at_once()
 async fn received_signals_are_forwarded_to_the_command() {
     let timing = Timing::new(TTL, None, None).unwrap();
     let lease = ScriptedLease::new(TTL, BootInstant::now(), Script::new(Renewals::Confirm));
-    let mut child = sh("trap 'exit 42' USR1; while :; do sleep 0.05; done");
+    let dir = tempfile::tempdir().unwrap();
+    let ready = dir.path().join("ready");
+    let mut child = sh(&format!(
+        "trap 'exit 42' USR1; touch {}; while :; do sleep 0.05; done",
+        ready.display()
+    ));
     let (tx, mut rx) = mpsc::unbounded_channel();
     let forward = async {
-        // Give sh a moment to install its trap; the loop keeps running until the signal lands.
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        // The command says when its trap is set; only then is the signal sent.
+        while !ready.exists() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
         tx.send(Signal::SIGUSR1).unwrap();
     };
-    let (outcome, ()) = tokio::join!(supervise(lease, timing, &mut child, &mut rx), forward);
+    let (outcome, ()) = tokio::join!(supervise(lease, timing, None, &mut child, &mut rx), forward);
     assert_eq!(outcome.unwrap(), Outcome::Exited(42));
 }
 
@@ -154,6 +165,74 @@ async fn renewals_that_recover_in_time_keep_the_lease() {
         tokio::time::sleep(Duration::from_millis(350)).await;
         script.set(Renewals::Confirm);
     };
-    let (outcome, ()) = tokio::join!(supervise(lease, timing, &mut child, &mut rx), heal);
+    let (outcome, ()) = tokio::join!(supervise(lease, timing, None, &mut child, &mut rx), heal);
     assert_eq!(outcome.unwrap(), Outcome::Exited(3));
+}
+
+#[tokio::test]
+async fn a_timeout_stops_the_command_while_the_lease_is_still_renewed() {
+    let timing = Timing::new(TTL, None, None).unwrap();
+    let script = Script::new(Renewals::Confirm);
+    let lease = ScriptedLease::new(TTL, BootInstant::now(), script.clone());
+    // TERM is ignored, so only the KILL after the grace ends it: renewals must go on meanwhile.
+    let mut child = sh("trap '' TERM; sleep 10 & wait; sleep 10");
+    let (_tx, mut rx) = mpsc::unbounded_channel();
+    let started = BootInstant::now();
+    let timeout = Duration::from_millis(600);
+    let outcome = supervise(lease, timing, Some(timeout), &mut child, &mut rx)
+        .await
+        .unwrap();
+    assert_eq!(outcome, Outcome::TimedOut);
+    let took = BootInstant::now() - started;
+    assert!(
+        took >= timeout + timing.kill_after
+            && took < timeout + timing.kill_after + Duration::from_secs(1),
+        "stopped after {took:?}"
+    );
+    assert!(
+        script.renew_calls() >= 2,
+        "renewed {} times",
+        script.renew_calls()
+    );
+    assert!(script.released.load(std::sync::atomic::Ordering::SeqCst));
+}
+
+#[tokio::test]
+async fn an_announced_revocation_is_checked_at_once_not_at_the_next_renewal() {
+    let ttl = Duration::from_secs(30);
+    let timing = Timing::new(ttl, None, None).unwrap();
+    let script = Script::new(Renewals::Confirm);
+    let lease = ScriptedLease::new(ttl, BootInstant::now(), script.clone());
+    let mut child = sh("sleep 20");
+    let (_tx, mut rx) = mpsc::unbounded_channel();
+    let started = BootInstant::now();
+    let revoke = async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        script.set(Renewals::Lose);
+        script.revoke.notify_one();
+    };
+    let (outcome, ()) = tokio::join!(supervise(lease, timing, None, &mut child, &mut rx), revoke);
+    assert!(matches!(outcome.unwrap(), Outcome::LeaseLost(_)));
+    assert!(
+        BootInstant::now() - started < Duration::from_secs(2),
+        "the revocation waited for the 10 s renewal"
+    );
+}
+
+#[tokio::test]
+async fn a_spurious_announcement_only_costs_a_renewal() {
+    let timing = Timing::new(TTL, None, None).unwrap();
+    let script = Script::new(Renewals::Confirm);
+    let lease = ScriptedLease::new(TTL, BootInstant::now(), script.clone());
+    let mut child = sh("sleep 0.5; exit 5");
+    let (_tx, mut rx) = mpsc::unbounded_channel();
+    let announce = async {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        script.revoke.notify_one();
+    };
+    let (outcome, ()) = tokio::join!(
+        supervise(lease, timing, None, &mut child, &mut rx),
+        announce
+    );
+    assert_eq!(outcome.unwrap(), Outcome::Exited(5));
 }

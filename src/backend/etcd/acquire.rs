@@ -8,9 +8,9 @@
 //! has a place counts from its last confirmed keep-alive — or, when that is more than a third of
 //! the TTL old (lockrun was paused, or the cluster slow), sends one and counts from it: a waiter
 //! whose lease expired while queued never runs; it joins the line again (at the back) while its
-//! deadline allows. A run that gives up, fails or is dropped revokes its lease (the key goes with it), so it
-//! leaves no holder and no waiter behind; if the revoke cannot be sent, the lease expires within
-//! one TTL anyway.
+//! deadline allows. A run that gives up (deadline, cancellation) or fails revokes its lease before
+//! returning (the key goes with it), so it leaves no holder and no waiter behind; if the revoke
+//! cannot be sent within the leave timeout, the lease expires within one TTL anyway.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,8 +22,8 @@ use super::lease::{EtcdLease, keep_alive, revoke};
 use super::line::{self, Line};
 use super::link::{Failure, Link, REQUEST_TIMEOUT};
 use super::waiting::{self, Keeper, Wake};
-use crate::backend::queue::{Outage, random_bytes};
-use crate::backend::{AcquireRequest, BackendError, Grant, RenewError};
+use crate::backend::waiting::policy::{LEAVE_TIMEOUT, Outage, random_bytes};
+use crate::backend::{AcquireRequest, Acquired, BackendError, Cancel, Grant, RenewError};
 use crate::clock::{BootInstant, BootTimer};
 
 /// How many times a waiter whose lease expired in line joins again before giving up.
@@ -38,32 +38,44 @@ enum Outcome {
     LeaseLost,
 }
 
-/// Becomes a holder of `request.name`, waiting until the request's deadline.
+/// Becomes a holder of `request.name`, waiting until the request's deadline or `cancel`.
 pub async fn acquire(
     link: &Arc<Link>,
     request: &AcquireRequest,
-) -> Result<Option<EtcdLease>, BackendError> {
+    mut cancel: Cancel<'_>,
+) -> Result<Acquired, BackendError> {
     let keys = Keys::new(&request.name);
     let mut rejoins = 0;
     loop {
         let lease = lease_id()?;
-        let mut cleanup = RevokeOnDrop {
+        let mut cleanup = Revoke {
             link: Arc::clone(link),
             lease: Some(lease),
         };
-        match queue(link, request, &keys, lease).await {
+        let outcome = tokio::select! {
+            outcome = queue(link, request, &keys, lease) => outcome,
+            () = cancel.as_mut() => {
+                cleanup.now().await;
+                return Ok(Acquired::Cancelled);
+            }
+        };
+        match outcome {
             Ok(Outcome::Held(grant)) => {
                 cleanup.lease = None;
-                return Ok(Some(EtcdLease::new(Arc::clone(link), lease, grant)));
+                return Ok(Acquired::Held(Box::new(EtcdLease::new(
+                    Arc::clone(link),
+                    lease,
+                    grant,
+                ))));
             }
             Ok(Outcome::Busy) => {
-                cleanup.revoke_now().await;
-                return Ok(None);
+                cleanup.now().await;
+                return Ok(Acquired::Busy);
             }
             Ok(Outcome::LeaseLost) => {
                 cleanup.lease = None;
-                if request.deadline.is_some_and(|d| d <= BootInstant::now()) {
-                    return Ok(None);
+                if request.expired() {
+                    return Ok(Acquired::Busy);
                 }
                 if rejoins == MAX_REJOINS {
                     return Err(BackendError::Failed {
@@ -75,7 +87,7 @@ pub async fn acquire(
                 crate::warn!("the lease expired while waiting in line; joining the line again");
             }
             Err(e) => {
-                cleanup.revoke_now().await;
+                cleanup.now().await;
                 return Err(e);
             }
         }
@@ -152,7 +164,7 @@ async fn queue(
     // `line.ahead` only ever holds too many keys (keys leave the line, none join ahead), so a
     // stale line keeps this run waiting, never lets it through early.
     while line.ahead.len() >= limit as usize {
-        if request.deadline.is_some_and(|d| d <= BootInstant::now()) {
+        if request.expired() {
             return Ok(Outcome::Busy);
         }
         if !waited {
@@ -271,33 +283,22 @@ fn lease_id() -> Result<i64, BackendError> {
     Ok(i64::from_le_bytes(bytes) & (i64::MAX >> 1) | 1)
 }
 
-/// Revokes a lease that did not become a holder: at once on the paths that can wait for it, or
-/// from a task when the acquisition is dropped (interrupted).
-struct RevokeOnDrop {
+/// Revokes a lease that did not become a holder, before the acquisition returns, within the
+/// leave timeout (a lease whose revoke cannot be sent in time expires by itself).
+struct Revoke {
     link: Arc<Link>,
     lease: Option<i64>,
 }
 
-impl RevokeOnDrop {
-    async fn revoke_now(&mut self) {
-        if let Some(lease) = self.lease.take()
-            && let Err(e) = revoke(&self.link, lease).await
-        {
-            crate::debug!("cannot revoke the lease ({e}); it expires by itself");
-        }
-    }
-}
-
-impl Drop for RevokeOnDrop {
-    fn drop(&mut self) {
+impl Revoke {
+    async fn now(&mut self) {
         let Some(lease) = self.lease.take() else {
             return;
         };
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let link = Arc::clone(&self.link);
-            runtime.spawn(async move {
-                let _ = revoke(&link, lease).await;
-            });
+        match tokio::time::timeout(LEAVE_TIMEOUT, revoke(&self.link, lease)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => crate::debug!("cannot revoke the lease ({e}); it expires by itself"),
+            Err(_) => crate::debug!("revoking the lease took too long; it expires by itself"),
         }
     }
 }

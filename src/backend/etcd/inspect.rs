@@ -28,7 +28,7 @@ pub async fn status(link: &Link, name: &LockName) -> Result<LockStatus, BackendE
             .as_ref()
             .and_then(|r| r.slot)
             .unwrap_or(u32::try_from(position).unwrap_or(0));
-        let info = record.map_or_else(unknown_holder, |r| r.holder);
+        let info = record.map_or_else(HolderInfo::unknown, |r| r.holder);
         let left = time_left(link, kv.lease()).await?;
         shown.push(HolderStatus::new(
             info,
@@ -44,6 +44,7 @@ pub async fn status(link: &Link, name: &LockName) -> Result<LockStatus, BackendE
         limit,
         waiters,
         holders: shown,
+        queue: Vec::new(),
     })
 }
 
@@ -136,16 +137,5 @@ async fn time_left(link: &Link, id: i64) -> Result<Duration, BackendError> {
         )),
         Err(failure @ Failure::Answered { .. }) if failure.lease_gone() => Ok(Duration::ZERO),
         Err(failure) => Err(failure.into()),
-    }
-}
-
-/// A holder whose record cannot be read (written by something other than lockrun).
-fn unknown_holder() -> HolderInfo {
-    HolderInfo {
-        pid: 0,
-        host: String::new(),
-        user: String::new(),
-        note: None,
-        acquired_at: String::new(),
     }
 }

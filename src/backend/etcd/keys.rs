@@ -122,6 +122,7 @@ mod tests {
                 user: "u".into(),
                 note: Some("n".into()),
                 acquired_at: "2026-01-01T00:00:00Z".into(),
+                mode: crate::backend::Mode::Exclusive,
             },
             limit: 3,
             slot: Some(2),

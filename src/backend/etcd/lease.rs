@@ -14,10 +14,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::link::{Failure, Link, REQUEST_TIMEOUT};
+use crate::backend::waiting::policy::renew_timeout;
 use crate::backend::{BackendError, Grant, Lease, RenewError, Renewal};
-
-const MIN_RENEW_TIMEOUT: Duration = Duration::from_millis(50);
-const MAX_RENEW_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A lease held by this run.
 pub struct EtcdLease {
@@ -50,11 +48,6 @@ impl Lease for EtcdLease {
         }
         Ok(())
     }
-}
-
-/// How long one renewal may take: a quarter of the lease, so a retry still fits.
-pub fn renew_timeout(ttl: Duration) -> Duration {
-    (ttl / 4).clamp(MIN_RENEW_TIMEOUT, MAX_RENEW_TIMEOUT)
 }
 
 /// Extends lease `id` to its full TTL, within `limit`.

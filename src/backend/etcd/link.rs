@@ -19,7 +19,9 @@ use std::time::Duration;
 use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
 use tonic::Code;
 
+use super::settings::Settings;
 use crate::backend::BackendError;
+use crate::messages::{duration, fragment};
 
 /// Longest wait for an answer to a request that is not a renewal.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
@@ -66,13 +68,6 @@ impl From<Failure> for BackendError {
     }
 }
 
-/// TLS settings: the CA bundle members are verified against, and a client certificate and key
-/// (PEM) for clusters that ask for one.
-pub struct Tls {
-    pub ca: Vec<u8>,
-    pub identity: Option<(Vec<u8>, Vec<u8>)>,
-}
-
 /// The members of one cluster, and the channel to the one in use.
 pub struct Link {
     endpoints: Vec<String>,
@@ -90,39 +85,43 @@ struct State {
 }
 
 impl Link {
-    /// Prepares the way to `endpoints` (`host:port`); nothing connects until the first call.
-    /// `user` is a name and password.
-    pub fn new(endpoints: Vec<String>, user: Option<(String, String)>, tls: Option<Tls>) -> Self {
+    /// Prepares the way to the cluster `settings` name, reading its TLS files; nothing connects
+    /// until the first call.
+    pub fn new(settings: &Settings) -> Result<Self, BackendError> {
         let mut options = ConnectOptions::new()
             .with_require_leader(true)
             .with_connect_timeout(CONNECT_TIMEOUT);
-        let mut secrets = Vec::new();
-        if let Some((name, password)) = user {
-            if !password.is_empty() {
-                secrets.push(password.clone());
-            }
+        if let Some((name, password)) = settings.credentials() {
             // An expired token is renewed once and the request sent again.
             options = options
                 .with_user(name, password)
                 .with_auto_token_refresh(true);
         }
-        if let Some(tls) = tls {
-            let mut config = TlsOptions::new().ca_certificate(Certificate::from_pem(tls.ca));
-            if let Some((cert, key)) = tls.identity {
-                config = config.identity(Identity::from_pem(cert, key));
+        if let Some(tls) = &settings.tls {
+            let read = |option: &str, path: &std::path::Path| {
+                std::fs::read(path).map_err(|e| BackendError::Failed {
+                    endpoint: path.display().to_string(),
+                    reason: format!("cannot read the {option} file: {}", crate::messages::io(&e)),
+                })
+            };
+            let mut config =
+                TlsOptions::new().ca_certificate(Certificate::from_pem(read("cacert", &tls.ca)?));
+            if let Some((cert, key)) = &tls.identity {
+                config =
+                    config.identity(Identity::from_pem(read("cert", cert)?, read("key", key)?));
             }
             options = options.with_tls(config);
         }
-        Link {
-            endpoints,
+        Ok(Link {
+            endpoints: settings.endpoints.clone(),
             options,
-            secrets,
+            secrets: settings.url.secrets().to_vec(),
             state: Mutex::new(State {
                 current: 0,
                 client: None,
             }),
             connecting: tokio::sync::Mutex::new(()),
-        }
+        })
     }
 
     /// Every endpoint, for messages.
@@ -180,7 +179,7 @@ impl Link {
                     crate::debug!("{endpoint}: {last_reason}; trying the next member");
                 }
                 Err(_) => {
-                    last_reason = format!("no answer within {}", show(limit));
+                    last_reason = format!("no answer within {}", duration(limit));
                     crate::debug!("{endpoint}: no answer in time; trying the next member");
                 }
             }
@@ -234,13 +233,9 @@ impl Link {
         self.endpoints.get(index).map_or("", String::as_str)
     }
 
-    /// The error as a lowercase fragment, without the password.
+    /// The error as a fragment, without the password.
     fn reason(&self, e: &etcd_client::Error) -> String {
-        let mut text = describe(e);
-        for secret in &self.secrets {
-            text = text.replace(secret.as_str(), "***");
-        }
-        text
+        fragment(&innermost(e), &self.secrets)
     }
 }
 
@@ -287,8 +282,8 @@ fn is_lease_gone(e: &etcd_client::Error) -> bool {
     }
 }
 
-/// The innermost cause of `e`, as a lowercase fragment.
-fn describe(e: &etcd_client::Error) -> String {
+/// The innermost cause of `e` that says something.
+fn innermost(e: &etcd_client::Error) -> String {
     let (top, mut source): (String, Option<&(dyn std::error::Error + 'static)>) = match e {
         etcd_client::Error::GRpcStatus(status) => (
             status.message().to_owned(),
@@ -309,15 +304,9 @@ fn describe(e: &etcd_client::Error) -> String {
         }
         source = inner.source();
     }
-    let text = text.strip_prefix("etcdserver: ").unwrap_or(&text);
-    let text = text.find(" (os error").map_or(text, |at| &text[..at]);
-    let mut chars = text.chars();
-    match chars.next() {
-        Some(first) => first.to_lowercase().chain(chars).collect(),
-        None => "no reason given".to_owned(),
+    match text.strip_prefix("etcdserver: ") {
+        Some(rest) => rest.to_owned(),
+        None if text.is_empty() => "no reason given".to_owned(),
+        None => text,
     }
-}
-
-fn show(d: Duration) -> String {
-    humantime::format_duration(d).to_string()
 }

@@ -12,6 +12,7 @@ mod keys;
 mod lease;
 mod line;
 mod link;
+mod settings;
 mod waiting;
 
-pub use backend::EtcdBackend;
+pub use settings::Settings;

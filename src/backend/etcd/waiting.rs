@@ -22,8 +22,9 @@ use std::time::Duration;
 use etcd_client::{EventType, WatchFilterType, WatchOptions, WatchStream};
 
 use super::keys::Keys;
-use super::lease::{keep_alive, renew_timeout};
+use super::lease::keep_alive;
 use super::link::{Link, REQUEST_TIMEOUT};
+use crate::backend::waiting::policy::renew_timeout;
 use crate::backend::{BackendError, RenewError};
 use crate::clock::{BootInstant, BootTimer};
 

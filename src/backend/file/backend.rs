@@ -13,18 +13,18 @@ use nix::errno::Errno;
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 use tokio::io::unix::AsyncFd;
 
-use crate::pollable::Pollable;
-
 use super::lease::{FileLease, HolderRecord};
 use super::proc_locks::LockTable;
 use super::state_dir::StateDir;
 use super::{fence, paths};
 use crate::backend::{
-    AcquireRequest, Backend, BackendError, Grant, HolderStatus, Lease, LockStatus,
+    AcquireRequest, Acquired, Backend, BackendError, Cancel, Grant, HolderStatus, IntervalClaim,
+    LockStatus,
 };
 use crate::clock::{BootInstant, BootTimer};
+use crate::messages::io as io_reason;
 use crate::name::LockName;
-use crate::report::io_reason;
+use crate::reactor::Pollable;
 
 /// How often a waiter re-checks the locks without being woken, in case a lock was released by a
 /// process that had its file open read-only (which inotify does not report as a write close).
@@ -142,6 +142,7 @@ impl FileBackend {
             acquired_at: String::new(),
             expires_in_ms: 0,
             slot,
+            mode: crate::backend::Mode::Exclusive,
         };
         Ok(Some((unknown, 1)))
     }
@@ -169,6 +170,7 @@ impl FileBackend {
             limit,
             waiters: self.waiters(name, &snapshot.table)?,
             holders: holders.iter().map(|(h, _)| h.clone()).collect(),
+            queue: Vec::new(),
         })
     }
 }
@@ -192,10 +194,15 @@ impl Backend for FileBackend {
         format!("file://{}", self.dir.path().display())
     }
 
+    fn expires(&self) -> bool {
+        false
+    }
+
     async fn acquire(
         &self,
         request: &AcquireRequest,
-    ) -> Result<Option<Box<dyn Lease>>, BackendError> {
+        mut cancel: Cancel<'_>,
+    ) -> Result<Acquired, BackendError> {
         let slot_names: Vec<String> = (0..request.limit)
             .map(|k| paths::slot_file(&request.name, k))
             .collect();
@@ -215,10 +222,10 @@ impl Backend for FileBackend {
                 let lease = self
                     .hold(request, slot as u32, file, sent_at)
                     .map_err(|e| self.failed(&e))?;
-                return Ok(Some(Box::new(lease)));
+                return Ok(Acquired::Held(Box::new(lease)));
             }
-            if request.deadline.is_some_and(|d| d <= BootInstant::now()) {
-                return Ok(None);
+            if request.expired() {
+                return Ok(Acquired::Busy);
             }
             match waiting.as_mut() {
                 // Watch first, then try again: a release between the first try and the watch
@@ -235,6 +242,8 @@ impl Backend for FileBackend {
                     tokio::select! {
                         woken = waiting.released() => woken.map_err(|e| self.failed(&e))?,
                         slept = timer.sleep_until(Some(wake_at)) => slept.map_err(|e| self.failed(&e))?,
+                        // Dropping the registration leaves the count of waiters at once.
+                        () = cancel.as_mut() => return Ok(Acquired::Cancelled),
                     }
                 }
             }
@@ -256,6 +265,16 @@ impl Backend for FileBackend {
             .map(|(name, _)| self.status_in(&snapshot, name))
             .collect::<io::Result<Vec<_>>>()
             .map_err(|e| self.failed(&e))
+    }
+
+    async fn claim_interval(
+        &self,
+        _name: &LockName,
+        _interval: Duration,
+    ) -> Result<IntervalClaim, BackendError> {
+        Err(BackendError::Unsupported(
+            "--min-interval is not available on this backend yet".into(),
+        ))
     }
 
     async fn force_release(&self, name: &LockName) -> Result<usize, BackendError> {
@@ -302,7 +321,7 @@ impl Waiting {
         inotify.add_watch(dir.path(), AddWatchFlags::IN_CLOSE_WRITE)?;
         Ok(Waiting {
             _registration: registration,
-            inotify: crate::pollable::register(inotify)?,
+            inotify: crate::reactor::register(inotify)?,
             slot_names: slot_names.iter().cloned().collect(),
         })
     }

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::state_dir::{FileId, StateDir};
 use crate::backend::{BackendError, Grant, HolderInfo, Lease, RenewError, Renewal};
-use crate::report::io_reason;
+use crate::messages::io as io_reason;
 
 /// What a holder writes into its slot file for `status`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -14,6 +14,8 @@ mod fence;
 mod lease;
 mod paths;
 mod proc_locks;
+mod settings;
 mod state_dir;
 
 pub use backend::FileBackend;
+pub use settings::Settings;

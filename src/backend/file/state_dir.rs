@@ -23,7 +23,7 @@ const FILE_MODE: u32 = 0o660;
 /// this user or root, and may be writable by everyone only with the sticky bit (as `/tmp` is).
 /// Following a symlink to the directory is fine; the directory it leads to is what is checked.
 fn check_trust(dir: &File) -> Result<(), String> {
-    let meta = dir.metadata().map_err(|e| crate::report::io_reason(&e))?;
+    let meta = dir.metadata().map_err(|e| crate::messages::io(&e))?;
     let me = nix::unistd::geteuid().as_raw();
     if meta.uid() != me && meta.uid() != 0 {
         return Err(format!(
@@ -71,7 +71,7 @@ impl StateDir {
     pub fn open(path: &Path) -> Result<Self, BackendError> {
         let unreachable = |e: io::Error| BackendError::Unreachable {
             endpoint: path.display().to_string(),
-            reason: crate::report::io_reason(&e),
+            reason: crate::messages::io(&e),
         };
         DirBuilder::new()
             .recursive(true)

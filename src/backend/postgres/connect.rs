@@ -24,9 +24,10 @@ use tokio_postgres::{AsyncMessage, Client, Connection, NoTls, Row};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::schema::Statements;
-use super::settings::{self, Settings, Tls};
+use super::settings::{Settings, Tls};
 use super::tls;
 use crate::backend::BackendError;
+use crate::messages::{duration, fragment};
 
 /// Longest wait for a connection when the backend is opened.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -57,9 +58,9 @@ enum Failure {
 }
 
 impl Link {
-    /// Parses `url` and connects, so an unreachable server fails here, before anything runs.
-    pub async fn open(url: &str) -> Result<Self, BackendError> {
-        let settings = Settings::parse(url)?;
+    /// Connects to the server `settings` name, so an unreachable server fails here, before
+    /// anything runs.
+    pub async fn open(settings: Settings) -> Result<Self, BackendError> {
         let tls = match &settings.tls {
             Tls::Off => None,
             Tls::Verified { roots } => Some(tls::connector(roots.as_deref())?),
@@ -79,7 +80,7 @@ impl Link {
             }),
             Err(_) => Err(BackendError::Unreachable {
                 endpoint: link.settings.endpoint.clone(),
-                reason: format!("no connection within {}", show(CONNECT_TIMEOUT)),
+                reason: format!("no connection within {}", duration(CONNECT_TIMEOUT)),
             }),
         }
     }
@@ -216,7 +217,7 @@ impl Link {
     fn timed_out(&self, limit: Duration) -> BackendError {
         BackendError::Failed {
             endpoint: self.settings.endpoint.clone(),
-            reason: format!("no answer within {}", show(limit)),
+            reason: format!("no answer within {}", duration(limit)),
         }
     }
 
@@ -228,7 +229,7 @@ impl Link {
                 None => e.to_string(),
             },
         };
-        settings::scrub(&self.settings.secrets, &text)
+        fragment(&text, self.settings.all_secrets())
     }
 }
 
@@ -313,8 +314,4 @@ fn is_missing_schema(e: &tokio_postgres::Error) -> bool {
         ]
         .contains(code)
     })
-}
-
-fn show(d: Duration) -> String {
-    humantime::format_duration(d).to_string()
 }

@@ -49,6 +49,7 @@ pub async fn status(link: &Link, name: &LockName) -> Result<LockStatus, BackendE
         limit,
         waiters,
         holders,
+        queue: Vec::new(),
     })
 }
 
@@ -104,7 +105,7 @@ fn holder(link: &Link, row: &Row) -> Result<HolderStatus, BackendError> {
     let token: i64 = row.try_get(1).map_err(|_| unexpected(link))?;
     let info: String = row.try_get(2).map_err(|_| unexpected(link))?;
     let left_ms: i64 = row.try_get(3).map_err(|_| unexpected(link))?;
-    let info = serde_json::from_str(&info).unwrap_or_else(|_| unknown_holder());
+    let info = HolderInfo::decode(info.as_bytes());
     Ok(HolderStatus::new(
         info,
         u64::try_from(token).unwrap_or(0),
@@ -117,17 +118,6 @@ fn unexpected(link: &Link) -> BackendError {
     BackendError::Failed {
         endpoint: link.endpoint().to_owned(),
         reason: "unexpected answer to a status query".into(),
-    }
-}
-
-/// A holder whose stored record cannot be read (written by something other than lockrun).
-fn unknown_holder() -> HolderInfo {
-    HolderInfo {
-        pid: 0,
-        host: String::new(),
-        user: String::new(),
-        note: None,
-        acquired_at: String::new(),
     }
 }
 

@@ -13,10 +13,8 @@ use async_trait::async_trait;
 use tokio_postgres::types::Type;
 
 use super::connect::{Link, REQUEST_TIMEOUT};
+use crate::backend::waiting::policy::renew_timeout;
 use crate::backend::{BackendError, Grant, Lease, RenewError, Renewal};
-
-const MIN_RENEW_TIMEOUT: Duration = Duration::from_millis(50);
-const MAX_RENEW_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A slot held by this run.
 pub struct PostgresLease {
@@ -48,12 +46,6 @@ impl PostgresLease {
             grant,
         }
     }
-
-    /// How long one renewal may take: a quarter of the lease, so a retry still fits.
-    fn renew_timeout(&self) -> Duration {
-        (Duration::from_millis(self.ttl_ms.unsigned_abs()) / 4)
-            .clamp(MIN_RENEW_TIMEOUT, MAX_RENEW_TIMEOUT)
-    }
 }
 
 #[async_trait]
@@ -66,7 +58,7 @@ impl Lease for PostgresLease {
         let renewed = self
             .link
             .query(
-                self.renew_timeout(),
+                renew_timeout(Duration::from_millis(self.ttl_ms.unsigned_abs())),
                 &self.link.sql().renew,
                 &[
                     (&self.name, Type::TEXT),

@@ -5,15 +5,14 @@
 //! locks are deliberately not used: they vanish silently with the connection and do not survive a
 //! transaction-pooling proxy. Tables and functions: [`schema`]; URL options: [`settings`].
 
-mod acquire;
-mod backend;
 mod connect;
+mod doorbell;
 mod inspect;
 mod lease;
+mod line;
+mod pgpass;
 mod schema;
 mod settings;
 mod tls;
-mod waiting;
 
-pub use backend::PostgresBackend;
 pub use settings::Settings;

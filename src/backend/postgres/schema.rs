@@ -40,7 +40,7 @@ pub struct Statements {
     pub renew: String,
     /// `(name, slot, owner, channel)` → a row when released.
     pub release: String,
-    /// `(name, owner, channel)`: leave the line.
+    /// `(name, owner, channel)`: leave the line, and drop a slot a lost answer may have given.
     pub leave: String,
     /// `(name, channel)` → the number of live holders dropped.
     pub force_release: String,
@@ -85,8 +85,10 @@ impl Statements {
                  SELECT pg_notify($4, name) FROM gone"
             ),
             leave: format!(
-                "WITH gone AS (DELETE FROM {s}.waiters WHERE name = $1 AND owner = $2 RETURNING name) \
-                 SELECT pg_notify($3, name) FROM gone"
+                "WITH w AS (DELETE FROM {s}.waiters WHERE name = $1 AND owner = $2 RETURNING name), \
+                 l AS (DELETE FROM {s}.leases WHERE name = $1 AND owner = $2 RETURNING name) \
+                 SELECT pg_notify($3, $1) \
+                 WHERE EXISTS (SELECT 1 FROM w) OR EXISTS (SELECT 1 FROM l)"
             ),
             force_release: format!(
                 "WITH gone AS (DELETE FROM {s}.leases WHERE name = $1 RETURNING expires_at) \

@@ -1,39 +1,71 @@
-//! [`Settings`]: a `postgres://` URL turned into what the client needs — the connection
-//! configuration, whether to use TLS, lockrun's schema, the endpoint for messages and the secrets
-//! to scrub from them.
+//! [`Settings`] of the `postgres://` (`postgresql://`) backend: the URL and libpq's environment
+//! turned, once and without I/O, into the client's configuration, whether to use TLS, lockrun's
+//! schema, the endpoint for messages and the secrets to scrub from them.
 //!
-//! lockrun reads three query parameters itself and strips them before the rest of the URL reaches
-//! tokio-postgres (which knows the usual libpq keywords: `user`, `password`, `dbname`, `options`,
-//! `application_name`, `connect_timeout`, `host`, `port`, ...):
+//! `postgres://[USER[:PASSWORD]@][HOST[:PORT][,HOST[:PORT]…]][/DBNAME][?KEY=VALUE&…]`, with libpq's
+//! query keys (`host`, `hostaddr`, `port`, `dbname`, `user`, `password`, `options`,
+//! `application_name`, `connect_timeout`, `keepalives`, `keepalives_idle`,
+//! `target_session_attrs`, `channel_binding`, `load_balance_hosts`) and lockrun's own:
 //!
-//! - `lockrun_schema=NAME` — the schema that holds lockrun's tables and functions (default
-//!   `lockrun`), created on first use. 1–40 characters of `a-z 0-9 _`, not starting with a digit.
+//! - `lockrun_schema=NAME` — the schema of lockrun's tables and functions (default `lockrun`),
+//!   created on first use; 1–40 characters of `a-z 0-9 _`, not starting with a digit or `pg_`.
 //!   Every user of a lock name must use the same schema.
-//! - `sslmode=disable|allow|prefer|require|verify-ca|verify-full` — TLS is used only when the URL
-//!   asks for it (`require`, `verify-ca`, `verify-full`); the first three connect in plain text.
-//!   Unlike libpq's `require`, lockrun always verifies the server's certificate and host name, against
-//!   the system's trusted roots or the file named by `sslrootcert`.
-//! - `sslrootcert=PATH` — PEM file of the certificate authorities to trust for TLS.
+//! - `sslmode=disable|allow|prefer|require|verify-ca|verify-full` — TLS only when the URL asks
+//!   for it (`require`, `verify-ca`, `verify-full`). Unlike libpq's `require`, lockrun always
+//!   verifies the server's certificate and host name, against the system's trusted roots or
+//!   `sslrootcert=PATH`.
 //!
-//! Every connection also asks the server (through the startup `options`) for `statement_timeout`,
-//! `lock_timeout` and `idle_in_transaction_session_timeout`, so a statement or transaction
-//! abandoned by a lockrun that was paused or cut off never holds a row lock for long. Behind
-//! PgBouncer, list `options` in its `ignore_startup_parameters` (the client-side deadlines still
-//! apply); waiters there are woken by the one-second re-check, as `LISTEN` needs a session.
+//! What the URL leaves out comes from libpq's environment, as `psql` takes it: `PGHOST`, `PGPORT`,
+//! `PGUSER`, `PGDATABASE`, `PGPASSWORD`, `PGSSLMODE`, `PGSSLROOTCERT`, `PGAPPNAME`,
+//! `PGCONNECT_TIMEOUT`, `PGOPTIONS`; then from `~/.pgpass` (or `PGPASSFILE`) when the connection is
+//! made (see [`super::pgpass`]). Without a host, lockrun connects to the local socket in
+//! `/var/run/postgresql`; without a user, as the operating-system user; without a database, to the
+//! user's own.
+//!
+//! Every connection also asks the server (through the startup `options`) for
+//! `statement_timeout`, `lock_timeout` and `idle_in_transaction_session_timeout`, so a statement
+//! or transaction abandoned by a lockrun that was paused or cut off never holds a row lock for
+//! long. Behind PgBouncer, list `options` in its `ignore_startup_parameters` (the client-side
+//! deadlines still apply).
 
-use std::str::FromStr;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use tokio_postgres::config::{Host, SslMode};
+use async_trait::async_trait;
+use tokio_postgres::config::{ChannelBinding, Host, LoadBalanceHosts, SslMode, TargetSessionAttrs};
 
-use crate::backend::{BackendError, percent_decode};
+use crate::backend::url::{LoneUserinfo, Url};
+use crate::backend::{Backend, BackendError};
 
 const DEFAULT_SCHEMA: &str = "lockrun";
 const MAX_SCHEMA_LEN: usize = 40;
 const DEFAULT_PORT: u16 = 5432;
+/// Where Debian's and most distributions' servers put their socket.
+const DEFAULT_SOCKET_DIR: &str = "/var/run/postgresql";
 /// Server-side limits asked for at connection time (milliseconds).
 const SERVER_LIMITS: &str = "-c statement_timeout=5000 -c lock_timeout=4000 \
                              -c idle_in_transaction_session_timeout=10000 -c client_min_messages=warning";
+
+/// The query keys a URL may hold.
+const KEYS: &[&str] = &[
+    "host",
+    "hostaddr",
+    "port",
+    "dbname",
+    "user",
+    "password",
+    "options",
+    "application_name",
+    "connect_timeout",
+    "keepalives",
+    "keepalives_idle",
+    "target_session_attrs",
+    "channel_binding",
+    "load_balance_hosts",
+    "sslmode",
+    "sslrootcert",
+    "lockrun_schema",
+];
 
 /// Whether, and how, to use TLS.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -41,7 +73,7 @@ pub enum Tls {
     Off,
     /// Verified TLS; `roots` is a PEM file, or `None` for the system's trusted roots.
     Verified {
-        roots: Option<String>,
+        roots: Option<PathBuf>,
     },
 }
 
@@ -52,78 +84,245 @@ pub struct Settings {
     pub tls: Tls,
     /// The schema's name, validated: safe to put between double quotes.
     pub schema: String,
-    /// `host:port` (comma-separated when there are several), or a socket directory.
+    /// `host:port` (comma-separated when there are several), or a socket path.
     pub endpoint: String,
-    /// The password as written and as decoded, scrubbed from every message.
-    pub secrets: Vec<String>,
+    /// Whether the password came from the URL or the environment (else `~/.pgpass` may have one).
+    pub has_password: bool,
+    url: Url,
+    secrets: Vec<String>,
+    raw: String,
 }
 
 impl Settings {
-    /// Parses `url`; errors never echo a password.
-    pub fn parse(url: &str) -> Result<Self, BackendError> {
-        let (base, query) = url.split_once('?').unwrap_or((url, ""));
-        let mut kept = Vec::new();
-        let mut schema = DEFAULT_SCHEMA.to_owned();
-        let mut sslmode = String::from("prefer");
-        let mut roots = None;
-        for pair in query.split('&').filter(|p| !p.is_empty()) {
-            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-            match percent_decode(key).as_str() {
-                "lockrun_schema" => schema = percent_decode(value),
-                "sslmode" => sslmode = percent_decode(value),
-                "sslrootcert" => roots = Some(percent_decode(value)),
-                _ => kept.push(pair),
+    /// Parses `raw` with the process's environment; the error is a reason fragment.
+    pub fn parse(raw: &str) -> Result<Self, String> {
+        Self::parse_with(raw, |key| std::env::var(key).ok().filter(|v| !v.is_empty()))
+    }
+
+    /// Parses `raw`, reading libpq's environment through `env`.
+    pub fn parse_with(raw: &str, env: impl Fn(&str) -> Option<String>) -> Result<Self, String> {
+        let url = Url::split(raw, LoneUserinfo::User)?;
+        url.only_params(KEYS)?;
+        // A key in the query wins over the same thing in the URL, which wins over the environment.
+        let pick = |key: &str, from_url: Option<String>, var: &str| {
+            url.param(key)
+                .map(str::to_owned)
+                .or(from_url)
+                .or_else(|| env(var))
+        };
+        let mut config = tokio_postgres::Config::new();
+
+        let hosts: Vec<String> = match url.param("host") {
+            Some(list) => list.split(',').map(str::to_owned).collect(),
+            None if !url.hosts.is_empty() => {
+                url.hosts.iter().map(|h| h.bare_host().to_owned()).collect()
+            }
+            None => env("PGHOST")
+                .map(|list| list.split(',').map(str::to_owned).collect())
+                .unwrap_or_else(|| vec![DEFAULT_SOCKET_DIR.to_owned()]),
+        };
+        let ports: Vec<u16> = match url.param("port").map(str::to_owned).or_else(|| {
+            url.hosts
+                .iter()
+                .any(|h| h.port.is_some())
+                .then(|| {
+                    url.hosts
+                        .iter()
+                        .map(|h| h.port.unwrap_or(DEFAULT_PORT).to_string())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                })
+                .or_else(|| env("PGPORT"))
+        }) {
+            Some(list) => list
+                .split(',')
+                .map(|p| {
+                    p.trim()
+                        .parse::<u16>()
+                        .ok()
+                        .filter(|&p| p > 0)
+                        .ok_or_else(|| format!("port {p:?} is not 1-65535"))
+                })
+                .collect::<Result<_, _>>()?,
+            None => vec![DEFAULT_PORT],
+        };
+        if ports.len() != 1 && ports.len() != hosts.len() {
+            return Err(format!(
+                "{} ports for {} hosts: give one port, or one per host",
+                ports.len(),
+                hosts.len()
+            ));
+        }
+        for host in &hosts {
+            if host.is_empty() {
+                return Err("an empty host".into());
+            }
+            config.host(host);
+        }
+        for port in &ports {
+            config.port(*port);
+        }
+        if let Some(addrs) = url.param("hostaddr") {
+            for addr in addrs.split(',') {
+                config.hostaddr(
+                    addr.parse()
+                        .map_err(|_| format!("hostaddr {addr:?} is not an IP address"))?,
+                );
             }
         }
-        validate_schema(&schema)?;
-        let tls = match sslmode.as_str() {
-            "disable" | "allow" | "prefer" => Tls::Off,
-            "require" | "verify-ca" | "verify-full" => Tls::Verified { roots },
-            other => {
-                return Err(BackendError::Unsupported(format!(
-                    "invalid sslmode {other:?} in the backend URL: use disable, prefer, require, verify-ca or verify-full"
-                )));
-            }
-        };
-        let stripped = match kept.is_empty() {
-            true => base.to_owned(),
-            false => format!("{base}?{}", kept.join("&")),
-        };
-        let mut secrets = secrets_of(url);
-        let mut config = tokio_postgres::Config::from_str(&stripped).map_err(|e| {
-            let text = match std::error::Error::source(&e) {
-                Some(cause) => format!("{e}: {cause}"),
-                None => e.to_string(),
-            };
-            BackendError::Unsupported(format!("invalid backend URL: {}", scrub(&secrets, &text)))
-        })?;
-        if let Some(password) = config.get_password() {
-            secrets.push(String::from_utf8_lossy(password).into_owned());
+
+        let user = pick("user", url.user.clone().filter(|u| !u.is_empty()), "PGUSER")
+            .unwrap_or_else(os_user);
+        config.user(&user);
+        let password = pick("password", url.password.clone(), "PGPASSWORD");
+        if let Some(password) = &password {
+            config.password(password.as_bytes());
         }
-        secrets.retain(|s| !s.is_empty());
-        secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
-        secrets.dedup();
-        config.ssl_mode(match tls {
-            Tls::Off => SslMode::Disable,
-            Tls::Verified { .. } => SslMode::Require,
-        });
-        let options = match config.get_options() {
+        let dbname = pick(
+            "dbname",
+            Some(url.path.clone()).filter(|p| !p.is_empty()),
+            "PGDATABASE",
+        )
+        .unwrap_or_else(|| user.clone());
+        config.dbname(&dbname);
+
+        let options = match pick("options", None, "PGOPTIONS") {
             Some(own) if !own.trim().is_empty() => format!("{SERVER_LIMITS} {own}"),
             _ => SERVER_LIMITS.to_owned(),
         };
         config.options(options);
-        if config.get_application_name().is_none() {
-            config.application_name("lockrun");
+        config.application_name(
+            pick("application_name", None, "PGAPPNAME").unwrap_or_else(|| "lockrun".into()),
+        );
+        if let Some(secs) = pick("connect_timeout", None, "PGCONNECT_TIMEOUT") {
+            let secs: u64 = secs
+                .parse()
+                .map_err(|_| format!("connect_timeout {secs:?} is not a number of seconds"))?;
+            if secs > 0 {
+                config.connect_timeout(Duration::from_secs(secs));
+            }
         }
-        config.keepalives_idle(Duration::from_secs(10));
-        let endpoint = endpoint_of(&config);
+        if let Some(on) = url.param("keepalives") {
+            config.keepalives(on != "0");
+        }
+        config.keepalives_idle(match url.param("keepalives_idle") {
+            Some(secs) => Duration::from_secs(
+                secs.parse()
+                    .map_err(|_| format!("keepalives_idle {secs:?} is not a number of seconds"))?,
+            ),
+            None => Duration::from_secs(10),
+        });
+        if let Some(attrs) = pick("target_session_attrs", None, "PGTARGETSESSIONATTRS") {
+            config.target_session_attrs(match attrs.as_str() {
+                "any" => TargetSessionAttrs::Any,
+                "read-write" => TargetSessionAttrs::ReadWrite,
+                other => {
+                    return Err(format!(
+                        "target_session_attrs {other:?}: use any or read-write"
+                    ));
+                }
+            });
+        }
+        if let Some(binding) = url.param("channel_binding") {
+            config.channel_binding(match binding {
+                "disable" => ChannelBinding::Disable,
+                "prefer" => ChannelBinding::Prefer,
+                "require" => ChannelBinding::Require,
+                other => {
+                    return Err(format!(
+                        "channel_binding {other:?}: use disable, prefer or require"
+                    ));
+                }
+            });
+        }
+        if let Some(balance) = url.param("load_balance_hosts") {
+            config.load_balance_hosts(match balance {
+                "disable" => LoadBalanceHosts::Disable,
+                "random" => LoadBalanceHosts::Random,
+                other => {
+                    return Err(format!(
+                        "load_balance_hosts {other:?}: use disable or random"
+                    ));
+                }
+            });
+        }
+
+        let schema = url
+            .param("lockrun_schema")
+            .unwrap_or(DEFAULT_SCHEMA)
+            .to_owned();
+        validate_schema(&schema)?;
+        let sslmode = pick("sslmode", None, "PGSSLMODE").unwrap_or_else(|| "prefer".into());
+        let roots = pick("sslrootcert", None, "PGSSLROOTCERT").map(PathBuf::from);
+        let tls = match sslmode.as_str() {
+            "disable" | "allow" | "prefer" => Tls::Off,
+            "require" | "verify-ca" | "verify-full" => Tls::Verified { roots },
+            other => {
+                return Err(format!(
+                    "sslmode {other:?}: use disable, prefer, require, verify-ca or verify-full"
+                ));
+            }
+        };
+        config.ssl_mode(match tls {
+            Tls::Off => SslMode::Disable,
+            Tls::Verified { .. } => SslMode::Require,
+        });
+
+        let mut secrets = url.secrets().to_vec();
+        secrets.extend(password.clone());
+        secrets.retain(|s| !s.is_empty());
+        secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        secrets.dedup();
         Ok(Settings {
+            endpoint: endpoint_of(&config),
+            has_password: password.is_some(),
             config,
             tls,
             schema,
-            endpoint,
+            url,
             secrets,
+            raw: raw.to_owned(),
         })
+    }
+
+    /// Adds a password found later (`~/.pgpass`): the client uses it, messages scrub it.
+    pub fn with_password(&self, password: String) -> Self {
+        let mut settings = self.clone();
+        settings.config.password(password.as_bytes());
+        settings.secrets.push(password);
+        settings.has_password = true;
+        settings
+    }
+
+    /// Every form of every password, for scrubbing messages.
+    pub fn all_secrets(&self) -> &[String] {
+        &self.secrets
+    }
+}
+
+#[async_trait]
+impl crate::backend::Settings for Settings {
+    fn shown(&self) -> &str {
+        self.url.shown()
+    }
+
+    fn secrets(&self) -> &[String] {
+        self.url.secrets()
+    }
+
+    fn files(&self) -> Vec<(&'static str, &Path)> {
+        match &self.tls {
+            Tls::Verified { roots: Some(path) } => vec![("sslrootcert", path.as_path())],
+            _ => Vec::new(),
+        }
+    }
+
+    fn url(&self) -> String {
+        self.raw.clone()
+    }
+
+    async fn open(&self) -> Result<Box<dyn Backend>, BackendError> {
+        super::line::open(self).await
     }
 }
 
@@ -137,7 +336,7 @@ fn endpoint_of(config: &tokio_postgres::Config) -> String {
             .copied()
             .unwrap_or(DEFAULT_PORT)
     };
-    let hosts: Vec<String> = config
+    config
         .get_hosts()
         .iter()
         .enumerate()
@@ -146,42 +345,22 @@ fn endpoint_of(config: &tokio_postgres::Config) -> String {
             Host::Tcp(name) => format!("{name}:{}", port(i)),
             Host::Unix(dir) => format!("{}/.s.PGSQL.{}", dir.display(), port(i)),
         })
-        .collect();
-    match hosts.is_empty() {
-        true => format!("localhost:{}", port(0)),
-        false => hosts.join(","),
-    }
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
-/// Passwords in the URL's userinfo (as written and decoded) and in `password=` parameters.
-fn secrets_of(url: &str) -> Vec<String> {
-    let mut secrets = Vec::new();
-    if let Ok(parsed) = url::Url::parse(url) {
-        if let Some(raw) = parsed.password() {
-            secrets.push(raw.to_owned());
-            secrets.push(percent_decode(raw));
-        }
-        for (key, value) in parsed.query_pairs() {
-            if key.eq_ignore_ascii_case("password") {
-                secrets.push(value.into_owned());
-            }
-        }
-    }
-    if let Some((_, query)) = url.split_once('?') {
-        for pair in query.split('&') {
-            if let Some((key, value)) = pair.split_once('=')
-                && key.eq_ignore_ascii_case("password")
-            {
-                secrets.push(value.to_owned());
-                secrets.push(percent_decode(value));
-            }
-        }
-    }
-    secrets
+/// The operating-system user, libpq's default user name.
+fn os_user() -> String {
+    nix::unistd::User::from_uid(nix::unistd::getuid())
+        .ok()
+        .flatten()
+        .map(|u| u.name)
+        .or_else(|| std::env::var("USER").ok())
+        .unwrap_or_else(|| "postgres".into())
 }
 
 /// A schema name lockrun accepts: lowercase letters, digits and `_`, not starting with a digit.
-fn validate_schema(schema: &str) -> Result<(), BackendError> {
+fn validate_schema(schema: &str) -> Result<(), String> {
     let valid = !schema.is_empty()
         && schema.len() <= MAX_SCHEMA_LEN
         && schema
@@ -191,26 +370,10 @@ fn validate_schema(schema: &str) -> Result<(), BackendError> {
         && !schema.starts_with("pg_");
     match valid {
         true => Ok(()),
-        false => Err(BackendError::Unsupported(format!(
-            "invalid lockrun_schema {schema:?}: use 1-{MAX_SCHEMA_LEN} characters of a-z, 0-9 and _, \
+        false => Err(format!(
+            "lockrun_schema {schema:?}: use 1-{MAX_SCHEMA_LEN} characters of a-z, 0-9 and _, \
              not starting with a digit or pg_"
-        ))),
-    }
-}
-
-/// `text` without any of `secrets`, as a lowercase fragment without an `(os error N)` tail.
-pub fn scrub(secrets: &[String], text: &str) -> String {
-    let mut text = text.to_owned();
-    for secret in secrets {
-        text = text.replace(secret.as_str(), "***");
-    }
-    if let Some(at) = text.find(" (os error") {
-        text.truncate(at);
-    }
-    let mut chars = text.chars();
-    match chars.next() {
-        Some(first) => first.to_lowercase().chain(chars).collect(),
-        None => String::new(),
+        )),
     }
 }
 
@@ -218,19 +381,23 @@ pub fn scrub(secrets: &[String], text: &str) -> String {
 mod tests {
     use super::*;
 
+    fn parse(raw: &str) -> Settings {
+        Settings::parse_with(raw, |_| None).unwrap()
+    }
+
     #[test]
-    fn strips_lockrun_parameters_and_keeps_the_rest() {
-        let s = Settings::parse(
+    fn reads_the_url_and_keeps_lockrun_parameters_apart() {
+        let s = parse(
             "postgres://u:p%40ss@db.example:6543/app?lockrun_schema=locks&sslmode=disable&connect_timeout=2",
-        )
-        .unwrap();
+        );
         assert_eq!(s.schema, "locks");
         assert_eq!(s.tls, Tls::Off);
         assert_eq!(s.endpoint, "db.example:6543");
         assert_eq!(s.config.get_dbname(), Some("app"));
+        assert_eq!(s.config.get_user(), Some("u"));
         assert_eq!(s.config.get_password(), Some(&b"p@ss"[..]));
-        assert!(s.secrets.iter().any(|x| x == "p@ss"));
-        assert!(s.secrets.iter().any(|x| x == "p%40ss"));
+        assert!(s.all_secrets().iter().any(|x| x == "p@ss"));
+        assert!(s.all_secrets().iter().any(|x| x == "p%40ss"));
         assert!(
             s.config
                 .get_options()
@@ -240,40 +407,62 @@ mod tests {
     }
 
     #[test]
-    fn defaults_and_tls() {
-        let s = Settings::parse("postgresql://h/db").unwrap();
+    fn defaults_tls_and_several_hosts() {
+        let s = parse("postgresql://h/db");
         assert_eq!(s.schema, "lockrun");
         assert_eq!(s.endpoint, "h:5432");
         assert_eq!(s.tls, Tls::Off);
-        let s =
-            Settings::parse("postgresql://h/db?sslmode=verify-full&sslrootcert=/ca.pem").unwrap();
+        let s = parse("postgresql://h/db?sslmode=verify-full&sslrootcert=/ca.pem");
         assert_eq!(
             s.tls,
             Tls::Verified {
                 roots: Some("/ca.pem".into())
             }
         );
+        let s = parse("postgres://a:1,b:2/db");
+        assert_eq!(s.endpoint, "a:1,b:2");
+        let s = parse("postgres:///db");
+        assert_eq!(s.endpoint, "/var/run/postgresql/.s.PGSQL.5432");
     }
 
     #[test]
-    fn rejects_bad_schemas_and_modes_without_the_password() {
+    fn the_environment_fills_what_the_url_leaves_out() {
+        let env = |key: &str| match key {
+            "PGPASSWORD" => Some("from-env".to_owned()),
+            "PGHOST" => Some("envhost".to_owned()),
+            "PGPORT" => Some("7777".to_owned()),
+            "PGUSER" => Some("envuser".to_owned()),
+            "PGDATABASE" => Some("envdb".to_owned()),
+            _ => None,
+        };
+        let s = Settings::parse_with("postgres://", env).unwrap();
+        assert_eq!(s.endpoint, "envhost:7777");
+        assert_eq!(s.config.get_user(), Some("envuser"));
+        assert_eq!(s.config.get_dbname(), Some("envdb"));
+        assert_eq!(s.config.get_password(), Some(&b"from-env"[..]));
+        assert!(s.has_password);
+        assert!(s.all_secrets().iter().any(|x| x == "from-env"));
+        // The URL wins.
+        let s = Settings::parse_with("postgres://u:pw@h:1/db", env).unwrap();
+        assert_eq!(s.endpoint, "h:1");
+        assert_eq!(s.config.get_password(), Some(&b"pw"[..]));
+    }
+
+    #[test]
+    fn rejects_bad_schemas_modes_and_options() {
         for bad in ["Locks", "1x", "a-b", "", "pg_x", "a\"b", &"x".repeat(41)] {
             let url = format!("postgres://u:hunter2@h/db?lockrun_schema={bad}");
-            let err = Settings::parse(&url).unwrap_err().to_string();
-            assert!(
-                err.contains("lockrun_schema") && !err.contains("hunter2"),
-                "{err}"
-            );
+            let err = Settings::parse_with(&url, |_| None).unwrap_err();
+            assert!(err.contains("lockrun_schema"), "{err}");
         }
-        let err = Settings::parse("postgres://u:hunter2@h/db?sslmode=bogus")
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("sslmode") && !err.contains("hunter2"), "{err}");
-    }
-
-    #[test]
-    fn scrubs_secrets() {
-        let secrets = vec!["hunter2".to_owned()];
-        assert_eq!(scrub(&secrets, "Bad hunter2 (os error 1)"), "bad ***");
+        for bad in [
+            "postgres://h/db?sslmode=bogus",
+            "postgres://h/db?nosuch=1",
+            "postgres://h/db?port=0",
+            "postgres://a,b/db?port=1,2,3",
+            "postgres://h/db?target_session_attrs=x",
+        ] {
+            assert!(Settings::parse_with(bad, |_| None).is_err(), "{bad}");
+        }
     }
 }

@@ -11,18 +11,20 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 use crate::backend::BackendError;
 
 /// A connector trusting `roots` (a PEM file), or the system's roots when `None`.
-pub fn connector(roots: Option<&str>) -> Result<MakeRustlsConnect, BackendError> {
+pub fn connector(roots: Option<&std::path::Path>) -> Result<MakeRustlsConnect, BackendError> {
     let mut store = rustls::RootCertStore::empty();
     match roots {
         Some(path) => {
-            let certs = CertificateDer::pem_file_iter(path)
-                .map_err(|e| unusable(format!("cannot read sslrootcert {path:?}: {e}")))?;
+            let certs = CertificateDer::pem_file_iter(path).map_err(|e| {
+                unusable(format!("cannot read sslrootcert {}: {e}", path.display()))
+            })?;
             for cert in certs {
-                let cert =
-                    cert.map_err(|e| unusable(format!("cannot read sslrootcert {path:?}: {e}")))?;
+                let cert = cert.map_err(|e| {
+                    unusable(format!("cannot read sslrootcert {}: {e}", path.display()))
+                })?;
                 store
                     .add(cert)
-                    .map_err(|e| unusable(format!("bad certificate in {path:?}: {e}")))?;
+                    .map_err(|e| unusable(format!("bad certificate in {}: {e}", path.display())))?;
             }
         }
         None => {

@@ -14,16 +14,20 @@ use std::time::Duration;
 
 use redis::aio::{MultiplexedConnection, PubSub};
 use redis::io::tcp::TcpSettings;
-use redis::{AsyncConnectionConfig, Client, Cmd, FromRedisValue, IntoConnectionInfo};
+use redis::{
+    AsyncConnectionConfig, Client, Cmd, ConnectionAddr, FromRedisValue, IntoConnectionInfo,
+    RedisConnectionInfo,
+};
 use redis::{RedisError, RedisResult, ScriptInvocation};
 
-use crate::backend::{BackendError, percent_decode};
+use super::settings::Settings;
+use crate::backend::BackendError;
+use crate::messages::{duration, fragment};
 
 /// Longest wait for a connection when the backend is opened.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// Longest wait for an answer to a request that is not a renewal.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
-const DEFAULT_PORT: u16 = 6379;
 
 /// A Redis server, reached on demand.
 pub struct Link {
@@ -35,42 +39,42 @@ pub struct Link {
 }
 
 impl Link {
-    /// Parses `url` and connects, so an unreachable server fails here, before anything runs.
-    pub async fn open(url: &str) -> Result<Self, BackendError> {
-        let mut parsed =
-            url::Url::parse(url).map_err(|e| BackendError::Unsupported(e.to_string()))?;
-        let host = parsed.host_str().unwrap_or_default();
-        let endpoint = format!("{host}:{}", parsed.port().unwrap_or(DEFAULT_PORT));
-        if parsed.password().is_none() && !parsed.username().is_empty() {
-            // `redis://secret@host` means the password, as it does to redis-cli (and to
-            // `redact`, which hides it).
-            let secret = parsed.username().to_owned();
-            // Cannot fail: the URL has a host, so it can carry credentials.
-            let _ = parsed.set_password(Some(&secret));
-            let _ = parsed.set_username("");
-        }
-        let mut secrets = Vec::new();
-        if let Some(raw) = parsed.password() {
-            secrets.push(percent_decode(raw));
-            secrets.push(raw.to_owned());
-        }
-        secrets.retain(|s| !s.is_empty());
-        let info = parsed
-            .as_str()
-            .into_connection_info()
-            .map_err(|e| BackendError::Failed {
-                endpoint: endpoint.clone(),
-                reason: scrub(&secrets, &e),
-            })?
-            .set_tcp_settings(TcpSettings::default().set_nodelay(true));
-        // No `CLIENT SETINFO` on connect: one exchange fewer per run, and a server that wants a
-        // password answers the first real command with a plain NOAUTH.
-        let settings = info.redis_settings().clone().set_skip_set_lib_name();
-        let info = info.set_redis_settings(settings);
-        let client = Client::open(info).map_err(|e| BackendError::Failed {
+    /// Connects to the server `settings` name, so an unreachable server fails here, before
+    /// anything runs.
+    pub async fn open(settings: &Settings) -> Result<Self, BackendError> {
+        let endpoint = settings.endpoint();
+        let host = settings.endpoint.bare_host().to_owned();
+        let addr = match settings.tls {
+            false => ConnectionAddr::Tcp(host, settings.port()),
+            true => ConnectionAddr::TcpTls {
+                host,
+                port: settings.port(),
+                insecure: false,
+                tls_params: None,
+            },
+        };
+        let secrets = settings.url.secrets().to_vec();
+        let failed = |e: RedisError| BackendError::Failed {
             endpoint: endpoint.clone(),
             reason: scrub(&secrets, &e),
-        })?;
+        };
+        // No `CLIENT SETINFO` on connect: one exchange fewer per run, and a server that wants a
+        // password answers the first real command with a plain NOAUTH.
+        let mut redis = RedisConnectionInfo::default()
+            .set_db(settings.db)
+            .set_skip_set_lib_name();
+        if let Some(user) = settings.url.user.as_deref().filter(|u| !u.is_empty()) {
+            redis = redis.set_username(user);
+        }
+        if let Some(password) = &settings.url.password {
+            redis = redis.set_password(password);
+        }
+        let info = addr
+            .into_connection_info()
+            .map_err(&failed)?
+            .set_tcp_settings(TcpSettings::default().set_nodelay(true))
+            .set_redis_settings(redis);
+        let client = Client::open(info).map_err(&failed)?;
         let link = Link {
             client,
             endpoint,
@@ -91,7 +95,7 @@ impl Link {
             }),
             Err(_) => Err(BackendError::Unreachable {
                 endpoint: link.endpoint.clone(),
-                reason: format!("no connection within {}", show(CONNECT_TIMEOUT)),
+                reason: format!("no connection within {}", duration(CONNECT_TIMEOUT)),
             }),
         }
     }
@@ -200,7 +204,7 @@ impl Link {
     fn timed_out(&self, limit: Duration) -> BackendError {
         BackendError::Failed {
             endpoint: self.endpoint.clone(),
-            reason: format!("no answer within {}", show(limit)),
+            reason: format!("no answer within {}", duration(limit)),
         }
     }
 
@@ -231,41 +235,23 @@ fn is_server_reply(e: &RedisError) -> bool {
         && !e.is_timeout()
 }
 
-/// The error as a lowercase fragment, without any of `secrets`.
+/// The error as a fragment, without any of `secrets`.
 fn scrub(secrets: &[String], e: &RedisError) -> String {
-    let mut text = match (e.kind(), e.code()) {
+    let text = match (e.kind(), e.code()) {
         (redis::ErrorKind::AuthenticationFailed, _) => {
             "authentication failed (check the user and password in the URL)".to_owned()
         }
-        (_, Some(code)) => {
-            let detail = e.detail().unwrap_or_default().trim_end_matches('.');
-            format!("the server replied {code}: {}", lowercase_first(detail))
+        (_, Some(code)) => format!(
+            "the server replied {code}: {}",
+            fragment(e.detail().unwrap_or_default(), &[])
+        ),
+        // A reply that is not RESP: something else listens on that port.
+        (redis::ErrorKind::Parse, _) => {
+            "not a Redis server (its reply is not Redis protocol)".into()
         }
         _ => e.to_string(),
     };
-    for secret in secrets {
-        text = text.replace(secret.as_str(), "***");
-    }
-    let text = match text.find(" (os error") {
-        Some(at) => text[..at].to_owned(),
-        None => text,
-    };
-    lowercase_first(&text)
-}
-
-/// `text` starting in lowercase, unless it starts with an acronym (`DB index ...`).
-fn lowercase_first(text: &str) -> String {
-    let mut chars = text.chars();
-    match (chars.next(), chars.clone().next()) {
-        (Some(first), next) if !next.is_some_and(char::is_uppercase) => {
-            first.to_lowercase().chain(chars).collect()
-        }
-        _ => text.to_owned(),
-    }
-}
-
-fn show(d: Duration) -> String {
-    humantime::format_duration(d).to_string()
+    fragment(&text, secrets)
 }
 
 #[cfg(test)]
@@ -274,8 +260,7 @@ mod tests {
 
     #[test]
     fn reasons_never_carry_the_password() {
-        let secrets = vec![percent_decode("p%40ss"), "p%40ss".to_owned()];
-        assert_eq!(secrets[0], "p@ss");
+        let secrets = vec!["p@ss".to_owned(), "p%40ss".to_owned()];
         let e = RedisError::from(std::io::Error::other("Failed near p@ss and p%40ss"));
         let reason = scrub(&secrets, &e);
         assert!(
@@ -283,20 +268,5 @@ mod tests {
             "{reason}"
         );
         assert!(reason.starts_with('f'), "{reason}");
-    }
-
-    #[test]
-    fn acronyms_keep_their_case() {
-        assert_eq!(
-            lowercase_first("DB index is out of range"),
-            "DB index is out of range"
-        );
-        assert_eq!(lowercase_first("Connection refused"), "connection refused");
-        assert_eq!(lowercase_first(""), "");
-    }
-
-    #[test]
-    fn percent_decoding_leaves_stray_percents() {
-        assert_eq!(percent_decode("a%2Fb%zz%"), "a/b%zz%");
     }
 }

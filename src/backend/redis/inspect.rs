@@ -7,8 +7,7 @@ use std::time::Duration;
 use super::connect::{Link, REQUEST_TIMEOUT};
 use super::keys::{self, Keys};
 use super::scripts;
-use crate::backend::{BackendError, HolderInfo, HolderStatus, LockStatus};
-use crate::config::MAX_LIMIT;
+use crate::backend::{BackendError, HolderInfo, HolderStatus, LockStatus, MAX_LIMIT};
 use crate::name::LockName;
 
 /// Keys asked for per `SCAN` step.
@@ -28,7 +27,7 @@ pub async fn status(link: &Link, name: &LockName) -> Result<LockStatus, BackendE
     let holders: Vec<HolderStatus> = held
         .into_iter()
         .map(|(slot, token, info, left_ms)| {
-            let info = serde_json::from_str(&info).unwrap_or_else(|_| unknown_holder());
+            let info = HolderInfo::decode(info.as_bytes());
             // -1: no expiry, which lockrun never sets; show it as none left rather than forever.
             let left = Duration::from_millis(u64::try_from(left_ms).unwrap_or(0));
             HolderStatus::new(info, token, slot, left)
@@ -40,6 +39,7 @@ pub async fn status(link: &Link, name: &LockName) -> Result<LockStatus, BackendE
         limit,
         waiters,
         holders,
+        queue: Vec::new(),
     })
 }
 
@@ -96,17 +96,6 @@ async fn known_limit(link: &Link, keys: &Keys) -> Result<u32, BackendError> {
     get.arg(keys.meta()).arg("limit");
     let limit: Option<u32> = link.command(REQUEST_TIMEOUT, &get).await?;
     Ok(limit.unwrap_or(1).clamp(1, MAX_LIMIT))
-}
-
-/// A slot whose holder record cannot be read (written by something other than lockrun).
-fn unknown_holder() -> HolderInfo {
-    HolderInfo {
-        pid: 0,
-        host: String::new(),
-        user: String::new(),
-        note: None,
-        acquired_at: String::new(),
-    }
 }
 
 /// The server's wall clock (`TIME`), for the skew `lockrun drill` reports.

@@ -12,10 +12,8 @@ use async_trait::async_trait;
 
 use super::connect::{Link, REQUEST_TIMEOUT};
 use super::scripts;
+use crate::backend::waiting::policy::renew_timeout;
 use crate::backend::{BackendError, Grant, Lease, RenewError, Renewal};
-
-const MIN_RENEW_TIMEOUT: Duration = Duration::from_millis(50);
-const MAX_RENEW_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A slot held by this run.
 pub struct RedisLease {
@@ -45,11 +43,6 @@ impl RedisLease {
             grant,
         }
     }
-
-    /// How long one renewal may take: a quarter of the lease, so a retry still fits.
-    fn renew_timeout(&self) -> Duration {
-        (Duration::from_millis(self.ttl_ms) / 4).clamp(MIN_RENEW_TIMEOUT, MAX_RENEW_TIMEOUT)
-    }
 }
 
 #[async_trait]
@@ -66,7 +59,10 @@ impl Lease for RedisLease {
             .arg(self.ttl_ms);
         match self
             .link
-            .script::<i64>(self.renew_timeout(), &invocation)
+            .script::<i64>(
+                renew_timeout(Duration::from_millis(self.ttl_ms)),
+                &invocation,
+            )
             .await
         {
             Ok(1) => Ok(Renewal {

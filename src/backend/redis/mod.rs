@@ -3,13 +3,13 @@
 //! from a per-name counter floored by the server's clock, and a first-come-first-served line of
 //! waiters woken by pub/sub. Key layout: [`keys`].
 
-mod acquire;
-mod backend;
 mod connect;
+mod doorbell;
 mod inspect;
 mod keys;
 mod lease;
+mod line;
 mod scripts;
-mod waiting;
+mod settings;
 
-pub use backend::RedisBackend;
+pub use settings::Settings;

@@ -1,6 +1,6 @@
-//! A scripted in-memory lease for unit tests of the supervisor loop: its renewals can be made to
-//! confirm, fail, hang or report the lease lost, and it counts what was asked of it. It is never a
-//! stand-in for a real backend's own tests.
+//! A scripted lease for unit tests of the supervisor loop: its renewals can be made to confirm,
+//! fail, hang or report the lease lost, a forced release can be announced, and it counts what was
+//! asked of it. It is never a stand-in for a real backend's own tests.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -30,6 +30,8 @@ pub struct Script {
     pub renewals: Mutex<Renewals>,
     pub renew_calls: AtomicU32,
     pub released: AtomicBool,
+    /// Announces a forced release to the supervisor.
+    pub revoke: tokio::sync::Notify,
 }
 
 impl Script {
@@ -38,6 +40,7 @@ impl Script {
             renewals: Mutex::new(renewals),
             renew_calls: AtomicU32::new(0),
             released: AtomicBool::new(false),
+            revoke: tokio::sync::Notify::new(),
         })
     }
 
@@ -95,5 +98,9 @@ impl Lease for ScriptedLease {
     async fn release(self: Box<Self>) -> Result<(), BackendError> {
         self.script.released.store(true, Ordering::SeqCst);
         Ok(())
+    }
+
+    async fn revoked(&self) {
+        self.script.revoke.notified().await
     }
 }

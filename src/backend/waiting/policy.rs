@@ -1,12 +1,13 @@
-//! What the networked backends' waiters have in common: how often they look again when nothing
-//! wakes them, how long a silent waiter keeps its place, how long they ride out an outage, the
-//! random ids that name a run on the server, and the nap between two tries.
+//! The rules every networked waiter follows, whichever loop it runs in: how often it looks again
+//! when nothing wakes it, how long a silent waiter keeps its place, how long it rides out an
+//! outage, how long it may take to leave the line, the random ids that name a run on the server,
+//! and the nap between two tries.
 
 use std::future::Future;
 use std::io::Read;
 use std::time::Duration;
 
-use super::BackendError;
+use crate::backend::BackendError;
 use crate::clock::{BootInstant, BootTimer};
 
 /// Longest sleep between two tries when no release is announced; each try also renews the
@@ -17,8 +18,21 @@ pub const SAFETY_RECHECK: Duration = Duration::from_secs(1);
 pub const HEARTBEAT: Duration = Duration::from_secs(3);
 /// How long a waiter keeps waiting through a server outage before giving up (exit 69).
 pub const WAIT_OUTAGE: Duration = Duration::from_secs(10);
+/// How long a waiter that gives up may spend leaving the line before exiting; if leaving takes
+/// longer, its place lapses by itself (its heartbeat, or its lease).
+pub const LEAVE_TIMEOUT: Duration = Duration::from_secs(1);
 /// Slack after a holder's lease should have expired, before looking again.
 const EXPIRY_SLACK: Duration = Duration::from_millis(5);
+
+/// Shortest and longest time one renewal may take.
+const MIN_RENEW_TIMEOUT: Duration = Duration::from_millis(50);
+const MAX_RENEW_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long one renewal of a `ttl` lease may take: a quarter of the lease, so that a retry still
+/// fits before the supervisor's stop point.
+pub fn renew_timeout(ttl: Duration) -> Duration {
+    (ttl / 4).clamp(MIN_RENEW_TIMEOUT, MAX_RENEW_TIMEOUT)
+}
 
 /// When to look again without being woken: soon after the earliest lease could expire, at the
 /// latest after [`SAFETY_RECHECK`], and never past the deadline.
@@ -37,7 +51,7 @@ pub fn random_bytes<const N: usize>() -> Result<[u8; N], BackendError> {
         .and_then(|mut f| f.read_exact(&mut bytes))
         .map_err(|e| BackendError::Failed {
             endpoint: "/dev/urandom".into(),
-            reason: crate::report::io_reason(&e),
+            reason: crate::messages::io(&e),
         })?;
     Ok(bytes)
 }

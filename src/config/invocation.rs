@@ -1,20 +1,17 @@
-//! Turning parsed flags into a validated [`Invocation`]: names, durations, limits, the backend URL
-//! and the lease timing are all judged here, before anything connects or runs. Every problem is a
-//! one-line [`Error::Usage`] (exit 64).
+//! [`Invocation`]: the whole command line, validated — the backend (from `--backend` or
+//! `--backend-file`), the subcommand's arguments, and for the run form every option in a
+//! [`RunConfig`].
 
 use std::ffi::OsString;
+use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
-use crate::backend::BackendSpec;
-use crate::cli::{Cli, Command};
+use super::{note, values};
+use crate::backend::{BackendSpec, Mode};
+use crate::cli::{Cli, Command, MISSING_COMMAND};
 use crate::exit::Error;
 use crate::name::LockName;
 use crate::timing::Timing;
-
-/// Longest `--note`, in bytes.
-pub const MAX_NOTE_LEN: usize = 1024;
-/// Largest `--limit`.
-pub const MAX_LIMIT: u32 = 1024;
 
 /// What the user asked for, validated.
 #[derive(Debug)]
@@ -24,6 +21,8 @@ pub enum Invocation {
         backend: BackendSpec,
         name: LockName,
         json: bool,
+        /// Print nothing; the exit status says whether NAME is held.
+        quiet: bool,
     },
     List {
         backend: BackendSpec,
@@ -53,8 +52,16 @@ pub struct RunConfig {
     pub wait: Option<Duration>,
     pub busy_exit_code: u8,
     pub limit: u32,
+    pub mode: Mode,
     pub token_env: String,
     pub note: Option<String>,
+    /// The command's own time limit.
+    pub timeout: Option<Duration>,
+    /// Run at most once per this long, fleet-wide.
+    pub min_interval: Option<Duration>,
+    pub supersede: bool,
+    /// How often to say who holds NAME while waiting; `None` never.
+    pub progress: Option<Duration>,
     pub program: OsString,
     pub args: Vec<OsString>,
 }
@@ -71,6 +78,7 @@ impl Invocation {
             Some(url) => BackendSpec::parse(url),
             None => BackendSpec::default_file(),
         }
+        .and_then(|spec| spec.check_files().map(|()| spec))
         .map_err(Error::Usage)?;
         let name = |raw: &str| LockName::parse(raw).map_err(Error::Usage);
         Ok(match cli.subcommand {
@@ -78,6 +86,7 @@ impl Invocation {
                 backend,
                 name: name(&raw)?,
                 json,
+                quiet: cli.quiet,
             },
             Some(Command::List { prefix, json }) => Invocation::List {
                 backend,
@@ -98,7 +107,7 @@ impl Invocation {
                 name: raw,
                 json,
             }) => {
-                let ttl = duration("--ttl", &ttl)?;
+                let ttl = values::duration("--ttl", &ttl)?;
                 let timing = Timing::new(ttl, None, None).map_err(Error::Usage)?;
                 let name = match raw {
                     Some(raw) => name(&raw)?,
@@ -119,33 +128,42 @@ impl Invocation {
 fn resolve_run(cli: Cli, backend: BackendSpec) -> Result<RunConfig, Error> {
     let run = cli.run;
     let name = LockName::parse(run.name.as_deref().unwrap_or_default()).map_err(Error::Usage)?;
-    let ttl = duration("--ttl", &run.ttl)?;
-    let renew = run
-        .renew
-        .as_deref()
-        .map(|v| duration("--renew", v))
-        .transpose()?;
-    let kill_after = run
-        .kill_after
-        .as_deref()
-        .map(|v| duration("--kill-after", v))
-        .transpose()?;
+    let optional = |flag: &str, raw: &Option<String>| {
+        raw.as_deref()
+            .map(|v| values::duration(flag, v))
+            .transpose()
+    };
+    let ttl = values::duration("--ttl", &run.ttl)?;
+    let renew = optional("--renew", &run.renew)?;
+    let kill_after = optional("--kill-after", &run.kill_after)?;
     let timing = Timing::new(ttl, renew, kill_after).map_err(Error::Usage)?;
     let wait = match (run.no_wait, run.wait.as_deref()) {
         (true, _) => Some(Duration::ZERO),
-        (false, Some(v)) => Some(duration_or_zero("--wait", v)?),
+        (false, Some(v)) => Some(values::wait(v)?),
         (false, None) => None,
     };
-    let limit = parse_limit(&run.limit)?;
-    validate_env_name(&run.token_env)?;
-    if let Some(note) = &run.note {
-        validate_note(note)?;
-    }
+    let limit = values::limit(&run.limit)?;
+    let mode = match (run.shared, limit) {
+        (false, _) => Mode::Exclusive,
+        (true, 1) => Mode::Shared,
+        (true, _) => {
+            return Err(Error::usage(
+                "--shared cannot be used with --limit: shared holders are not counted",
+            ));
+        }
+    };
+    values::token_env(&run.token_env)?;
+    let progress = match values::duration_or_zero("--progress", &run.progress)? {
+        d if d.is_zero() || cli.quiet => None,
+        d => Some(d),
+    };
+    let env = |key: &str| std::env::var(key).ok();
+    let note = note::resolve(run.note, &env);
     let mut command = run.command.into_iter();
     let program = command
         .next()
         .filter(|p| !p.is_empty())
-        .ok_or_else(|| Error::usage(crate::app::MISSING_COMMAND))?;
+        .ok_or_else(|| Error::usage(MISSING_COMMAND))?;
     Ok(RunConfig {
         name,
         backend,
@@ -153,8 +171,13 @@ fn resolve_run(cli: Cli, backend: BackendSpec) -> Result<RunConfig, Error> {
         wait,
         busy_exit_code: run.busy_exit_code,
         limit,
+        mode,
         token_env: run.token_env,
-        note: run.note,
+        note,
+        timeout: optional("--timeout", &run.timeout)?,
+        min_interval: optional("--min-interval", &run.min_interval)?,
+        supersede: run.supersede,
+        progress,
         program,
         args: command.collect(),
     })
@@ -183,15 +206,17 @@ fn default_drill_name() -> Result<LockName, Error> {
         .map_err(Error::Internal)
 }
 
-/// The backend URL kept in a file: its first line, trimmed.
+/// The backend URL kept in a file: its first line, trimmed. A file that holds a password and
+/// that anyone may read is refused, as ssh refuses such a key.
 fn read_backend_file(path: &std::path::Path) -> Result<String, Error> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
+    let cannot = |e: std::io::Error| {
         Error::usage(format!(
             "cannot read --backend-file {}: {}",
             path.display(),
-            crate::report::io_reason(&e)
+            crate::messages::io(&e)
         ))
-    })?;
+    };
+    let text = std::fs::read_to_string(path).map_err(cannot)?;
     let url = text.lines().next().unwrap_or_default().trim();
     if url.is_empty() {
         return Err(Error::usage(format!(
@@ -199,114 +224,16 @@ fn read_backend_file(path: &std::path::Path) -> Result<String, Error> {
             path.display()
         )));
     }
+    let mode = std::fs::metadata(path)
+        .map_err(cannot)?
+        .permissions()
+        .mode();
+    if mode & 0o004 != 0 && crate::backend::has_secret(url) {
+        return Err(Error::usage(format!(
+            "--backend-file {} holds a password and anyone may read it (mode {:o}): chmod 600 it",
+            path.display(),
+            mode & 0o777
+        )));
+    }
     Ok(url.to_owned())
-}
-
-/// A positive duration such as `500ms`, `15s` or `2m`.
-pub fn duration(flag: &str, raw: &str) -> Result<Duration, Error> {
-    let d = duration_or_zero(flag, raw)?;
-    if d.is_zero() {
-        return Err(Error::usage(format!(
-            "invalid {flag} {raw:?}: must be more than zero"
-        )));
-    }
-    Ok(d)
-}
-
-/// A duration that may be zero (`--wait 0`).
-fn duration_or_zero(flag: &str, raw: &str) -> Result<Duration, Error> {
-    let trimmed = raw.trim();
-    if trimmed == "0" {
-        return Ok(Duration::ZERO);
-    }
-    let d = humantime::parse_duration(trimmed).map_err(|e| {
-        Error::usage(format!(
-            "invalid {flag} {raw:?}: {} (use a number with a unit: 500ms, 15s, 2m)",
-            lowercase(&e.to_string())
-        ))
-    })?;
-    // Keep every later deadline computation (boot clock + duration) far from overflow.
-    if d > Duration::from_secs(100 * 365 * 24 * 3600) {
-        return Err(Error::usage(format!(
-            "invalid {flag} {raw:?}: longer than a century"
-        )));
-    }
-    Ok(d)
-}
-
-fn parse_limit(raw: &str) -> Result<u32, Error> {
-    match raw.trim().parse::<u32>() {
-        Ok(n) if (1..=MAX_LIMIT).contains(&n) => Ok(n),
-        _ => Err(Error::usage(format!(
-            "invalid --limit {raw:?}: must be a whole number from 1 to {MAX_LIMIT}"
-        ))),
-    }
-}
-
-fn validate_env_name(var: &str) -> Result<(), Error> {
-    let mut chars = var.chars();
-    let valid = chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
-    if !valid {
-        return Err(Error::usage(format!(
-            "invalid --token-env {var:?}: use letters, digits and _, not starting with a digit"
-        )));
-    }
-    Ok(())
-}
-
-fn validate_note(note: &str) -> Result<(), Error> {
-    if note.len() > MAX_NOTE_LEN {
-        return Err(Error::usage(format!(
-            "invalid --note: {} bytes is longer than {MAX_NOTE_LEN}",
-            note.len()
-        )));
-    }
-    if note.chars().any(char::is_control) {
-        return Err(Error::usage(
-            "invalid --note: it contains a control character (a newline?)",
-        ));
-    }
-    Ok(())
-}
-
-fn lowercase(text: &str) -> String {
-    let mut chars = text.chars();
-    chars
-        .next()
-        .map(|c| c.to_lowercase().chain(chars).collect())
-        .unwrap_or_default()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations_need_units_and_reject_zero() {
-        assert_eq!(
-            duration("--ttl", "500ms").unwrap(),
-            Duration::from_millis(500)
-        );
-        assert_eq!(duration("--ttl", "2m").unwrap(), Duration::from_secs(120));
-        for bad in ["0", "0s", "15", "abc", "-1s", "", "1000000000000h"] {
-            let err = duration("--ttl", bad).unwrap_err().to_string();
-            assert!(err.starts_with("invalid --ttl"), "{bad}: {err}");
-        }
-        assert_eq!(duration_or_zero("--wait", "0").unwrap(), Duration::ZERO);
-    }
-
-    #[test]
-    fn limits_and_env_names_are_checked() {
-        assert_eq!(parse_limit("3").unwrap(), 3);
-        for bad in ["0", "-1", "x", "1025", ""] {
-            assert!(parse_limit(bad).is_err(), "{bad}");
-        }
-        assert!(validate_env_name("FENCE_2").is_ok());
-        for bad in ["", "2X", "A-B", "A B", "A=B"] {
-            assert!(validate_env_name(bad).is_err(), "{bad}");
-        }
-    }
 }

@@ -1,0 +1,432 @@
+//! Networked backend URLs, split once: `scheme://[user[:password]@]host[:port][,host[:port]…]
+//! [/path][?key=value&…]` — and the one display form that every message, `status` and the drill
+//! show, with the password replaced by `***`.
+//!
+//! Passwords are often typed without percent-encoding, so the credentials end at the *last* `@`:
+//! a password may hold `/ # ? @ :` as written (`redis://u:pa/ss@h`). A `@` in a query value must
+//! be written `%40`. Nothing of what stands between `://` and that last `@` ever reaches a message
+//! except the user name, including when the rest of the URL turns out to be malformed: errors are
+//! worded with [`Url::shown`], or with [`redact`] for text that could not be split at all.
+//!
+//! Each backend turns a [`Url`] into its own typed settings (`Settings::parse`), and judges the
+//! hosts, path and query there; this module knows nothing of any one backend.
+
+use percent_encoding::percent_decode_str;
+
+/// Query keys whose values are secrets (compared after decoding, ignoring case): `password`,
+/// libpq's `sslpassword`, and anything else that names a password.
+fn is_secret_key(key: &str) -> bool {
+    key.to_ascii_lowercase().contains("password")
+}
+
+/// One `host[:port]` of a URL.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostPort {
+    /// The host as written (an IPv6 address keeps its brackets).
+    pub host: String,
+    pub port: Option<u16>,
+}
+
+impl HostPort {
+    /// `host:port`, with `default` when the URL gave no port.
+    pub fn with_default(&self, default: u16) -> String {
+        format!("{}:{}", self.host, self.port.unwrap_or(default))
+    }
+
+    /// The host without IPv6 brackets, as a resolver wants it.
+    pub fn bare_host(&self) -> &str {
+        self.host
+            .strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .unwrap_or(&self.host)
+    }
+}
+
+/// A split URL. Values are percent-decoded; the password is kept only here and in the secrets
+/// list, never in [`Url::shown`].
+#[derive(Clone, Debug)]
+pub struct Url {
+    pub scheme: String,
+    pub user: Option<String>,
+    pub password: Option<String>,
+    /// Zero or more endpoints; each backend says how many it needs.
+    pub hosts: Vec<HostPort>,
+    /// The path without its leading `/`, decoded.
+    pub path: String,
+    /// Query pairs in order, keys and values decoded.
+    pub query: Vec<(String, String)>,
+    shown: String,
+    secrets: Vec<String>,
+}
+
+/// How a scheme reads credentials without a `:`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LoneUserinfo {
+    /// `scheme://name@host`: a user name (PostgreSQL, etcd).
+    User,
+    /// `scheme://secret@host`: a password, as `redis-cli` reads it.
+    Password,
+}
+
+impl Url {
+    /// Splits `raw`. The error is a reason fragment; the caller words it with [`redact`]`(raw)`,
+    /// which is safe for any text.
+    pub fn split(raw: &str, lone: LoneUserinfo) -> Result<Url, String> {
+        let (scheme, rest) = raw
+            .split_once("://")
+            .filter(|(scheme, _)| is_scheme(scheme))
+            .ok_or("expected scheme://host")?;
+        let (userinfo, after) = match rest.rfind('@') {
+            Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
+            None => (None, rest),
+        };
+        if after.contains('#') {
+            return Err("a URL fragment (#…) is not allowed; write # in a value as %23".into());
+        }
+        let end = after.find(['/', '?']).unwrap_or(after.len());
+        let (authority, tail) = after.split_at(end);
+        let (path, query) = match tail.split_once('?') {
+            Some((path, query)) => (path, query),
+            None => (tail, ""),
+        };
+        let hosts = if authority.is_empty() {
+            Vec::new()
+        } else {
+            authority
+                .split(',')
+                .map(parse_host_port)
+                .collect::<Result<Vec<_>, _>>()?
+        };
+        let (user, password) = match userinfo {
+            None => (None, None),
+            Some(info) => match info.split_once(':') {
+                Some((user, password)) => (Some(decode(user)), Some(decode(password))),
+                None if lone == LoneUserinfo::Password => (None, Some(decode(info))),
+                None => (Some(decode(info)), None),
+            },
+        };
+        let query = query
+            .split('&')
+            .filter(|pair| !pair.is_empty())
+            .map(|pair| {
+                let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+                (decode(key), decode(value))
+            })
+            .collect::<Vec<_>>();
+        let mut secrets = Vec::new();
+        if let Some((_, written)) = userinfo.and_then(|info| info.split_once(':')) {
+            secrets.push(written.to_owned());
+        } else if let (Some(info), LoneUserinfo::Password) = (userinfo, lone) {
+            secrets.push(info.to_owned());
+        }
+        secrets.extend(password.clone());
+        for (key, value) in &query {
+            if is_secret_key(key) {
+                secrets.push(value.clone());
+            }
+        }
+        // Raw query values too, as written, in case a client echoes them undecoded.
+        for pair in query_raw(rest) {
+            if let Some((key, value)) = pair.split_once('=')
+                && is_secret_key(&decode(key))
+            {
+                secrets.push(value.to_owned());
+            }
+        }
+        secrets.retain(|s| !s.is_empty());
+        secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        secrets.dedup();
+        let shown = format!(
+            "{scheme}://{}{authority}{}",
+            shown_userinfo(userinfo, lone),
+            shown_tail(path, query_raw(rest))
+        );
+        Ok(Url {
+            scheme: scheme.to_owned(),
+            user,
+            password,
+            hosts,
+            path: decode(path.trim_start_matches('/')),
+            query,
+            shown,
+            secrets,
+        })
+    }
+
+    /// The URL with its password replaced by `***`: the only form a message may show.
+    pub fn shown(&self) -> &str {
+        &self.shown
+    }
+
+    /// Every form of every secret in the URL, longest first, for scrubbing messages.
+    pub fn secrets(&self) -> &[String] {
+        &self.secrets
+    }
+
+    /// The value of query key `key` (the last one wins), if given.
+    pub fn param(&self, key: &str) -> Option<&str> {
+        self.query
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Fails on the first query key not in `known`, naming it and the keys the backend takes.
+    pub fn only_params(&self, known: &[&str]) -> Result<(), String> {
+        match self
+            .query
+            .iter()
+            .find(|(k, _)| !known.contains(&k.as_str()))
+        {
+            None => Ok(()),
+            Some((key, _)) => Err(format!(
+                "unknown option {key:?}; {} URLs take {}",
+                self.scheme,
+                match known {
+                    [] => "no options".to_owned(),
+                    _ => known
+                        .iter()
+                        .map(|k| format!("{k}="))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                }
+            )),
+        }
+    }
+}
+
+/// The query part of what follows `://`, as written, split into pairs.
+fn query_raw(rest: &str) -> Vec<&str> {
+    let after = rest.rfind('@').map_or(rest, |at| &rest[at + 1..]);
+    match after.split_once('?') {
+        Some((_, query)) => query.split('&').filter(|p| !p.is_empty()).collect(),
+        None => Vec::new(),
+    }
+}
+
+fn shown_userinfo(userinfo: Option<&str>, lone: LoneUserinfo) -> String {
+    match userinfo {
+        None => String::new(),
+        Some(info) => match info.split_once(':') {
+            Some((user, _)) => format!("{}:***@", shown_user(user)),
+            None if lone == LoneUserinfo::Password => "***@".to_owned(),
+            None => format!("{}@", shown_user(info)),
+        },
+    }
+}
+
+/// A user name as shown: kept when it is plain, hidden when it looks like it holds more than a
+/// name (a mistyped URL can put part of a password there).
+fn shown_user(user: &str) -> &str {
+    let plain = user
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'%' | b'+'));
+    if plain { user } else { "***" }
+}
+
+fn shown_tail(path: &str, query: Vec<&str>) -> String {
+    if query.is_empty() {
+        return path.to_owned();
+    }
+    let pairs: Vec<String> = query
+        .iter()
+        .map(|pair| match pair.split_once('=') {
+            Some((key, _)) if is_secret_key(&decode(key)) => format!("{key}=***"),
+            _ => (*pair).to_owned(),
+        })
+        .collect();
+    format!("{path}?{}", pairs.join("&"))
+}
+
+fn parse_host_port(text: &str) -> Result<HostPort, String> {
+    let (host, port) = if let Some(rest) = text.strip_prefix('[') {
+        let (inside, after) = rest
+            .split_once(']')
+            .ok_or_else(|| format!("endpoint {text:?}: unclosed [ in an IPv6 address"))?;
+        let port = match after {
+            "" => None,
+            _ => Some(after.strip_prefix(':').ok_or_else(|| {
+                format!("endpoint {text:?}: expected :PORT after the IPv6 address")
+            })?),
+        };
+        (format!("[{inside}]"), port)
+    } else {
+        match text.rsplit_once(':') {
+            Some((host, port)) => (host.to_owned(), Some(port)),
+            None => (text.to_owned(), None),
+        }
+    };
+    let valid_host = !host.is_empty()
+        && host.bytes().all(|b| {
+            b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_' | b'[' | b']' | b':' | b'%')
+        });
+    if !valid_host {
+        return Err(format!("endpoint {text:?} has no valid host"));
+    }
+    let port = match port {
+        None => None,
+        Some(p) => Some(
+            p.parse::<u16>()
+                .ok()
+                .filter(|&p| p > 0)
+                .ok_or_else(|| format!("endpoint {text:?}: port {p:?} is not 1-65535"))?,
+        ),
+    };
+    Ok(HostPort { host, port })
+}
+
+/// `%XX` escapes decoded (a `+` stays a `+`, as libpq and redis-cli read it); malformed escapes
+/// are kept as written.
+pub fn decode(raw: &str) -> String {
+    percent_decode_str(raw).decode_utf8_lossy().into_owned()
+}
+
+/// Whether `text` can be a URL scheme (RFC 3986: a letter, then letters, digits, `+`, `-`, `.`).
+pub fn is_scheme(text: &str) -> bool {
+    text.starts_with(|c: char| c.is_ascii_alphabetic())
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+}
+
+/// Any text that may be a URL, safe to show: the credentials of a URL that splits are replaced
+/// as in [`Url::shown`]; of anything else only the scheme (when there is one) and what follows the
+/// last `@` remain, so a password typed in any shape never shows.
+pub fn redact(raw: &str) -> String {
+    for lone in [LoneUserinfo::User, LoneUserinfo::Password] {
+        if let Ok(url) = Url::split(raw, lone) {
+            let redis_like = url.scheme.starts_with("redis") || url.scheme == "redlock";
+            if (lone == LoneUserinfo::Password) == redis_like {
+                return url.shown;
+            }
+        }
+    }
+    let (scheme, rest) = match raw.split_once("://") {
+        Some((scheme, rest)) if is_scheme(scheme) => (format!("{scheme}://"), rest),
+        _ => (String::new(), raw),
+    };
+    if scheme == "file://" && !rest.contains('@') {
+        return raw.to_owned();
+    }
+    match rest.rsplit_once('@') {
+        Some((_, after)) => format!("{scheme}***@{after}"),
+        None if scheme.is_empty() => raw.to_owned(),
+        None => format!("{scheme}{rest}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn split(raw: &str) -> Url {
+        Url::split(raw, LoneUserinfo::User).unwrap()
+    }
+
+    #[test]
+    fn splits_credentials_hosts_path_and_query() {
+        let url = split("etcd://u:p%40ss@a:1,[::1]:2,b/x%2Fy?cacert=%2Fca.pem&k");
+        assert_eq!(url.scheme, "etcd");
+        assert_eq!(url.user.as_deref(), Some("u"));
+        assert_eq!(url.password.as_deref(), Some("p@ss"));
+        assert_eq!(
+            url.hosts,
+            [
+                HostPort {
+                    host: "a".into(),
+                    port: Some(1)
+                },
+                HostPort {
+                    host: "[::1]".into(),
+                    port: Some(2)
+                },
+                HostPort {
+                    host: "b".into(),
+                    port: None
+                },
+            ]
+        );
+        assert_eq!(url.hosts[1].bare_host(), "::1");
+        assert_eq!(url.path, "x/y");
+        assert_eq!(url.param("cacert"), Some("/ca.pem"));
+        assert_eq!(url.param("k"), Some(""));
+        assert_eq!(
+            url.shown(),
+            "etcd://u:***@a:1,[::1]:2,b/x%2Fy?cacert=%2Fca.pem&k"
+        );
+    }
+
+    #[test]
+    fn passwords_may_hold_reserved_characters_unencoded() {
+        for raw in [
+            "redis://u:pa/ss@h:1",
+            "redis://u:pa#ss@h:1",
+            "redis://u:pa?ss@h:1",
+            "redis://u:pa@ss@h:1",
+            "redis://u:pa:ss@h:1",
+        ] {
+            let url = split(raw);
+            assert_eq!(url.hosts[0].host, "h", "{raw}");
+            assert!(url.password.as_deref().unwrap().starts_with("pa"), "{raw}");
+            assert_eq!(url.shown(), "redis://u:***@h:1", "{raw}");
+        }
+    }
+
+    #[test]
+    fn a_lone_userinfo_is_a_password_where_the_scheme_says_so() {
+        let url = Url::split("redis://secret@h", LoneUserinfo::Password).unwrap();
+        assert_eq!(url.user, None);
+        assert_eq!(url.password.as_deref(), Some("secret"));
+        assert_eq!(url.shown(), "redis://***@h");
+        assert_eq!(split("postgres://app@h/db").shown(), "postgres://app@h/db");
+    }
+
+    #[test]
+    fn secret_query_values_are_hidden_even_when_their_key_is_encoded() {
+        let url = split("postgres://h/db?user=x&pass%77ord=pw&sslpassword=k");
+        assert_eq!(
+            url.shown(),
+            "postgres://h/db?user=x&pass%77ord=***&sslpassword=***"
+        );
+        assert!(url.secrets().iter().any(|s| s == "pw"));
+        assert!(url.secrets().iter().any(|s| s == "k"));
+    }
+
+    #[test]
+    fn malformed_urls_fail_without_their_secrets() {
+        for raw in [
+            "redis://u:hunter2@h:99999",
+            "redis://u:hunter2@:1",
+            "redis://u:hunter2@h:1#frag",
+            "redis://u:hunter2@[::1",
+            "nonsense",
+        ] {
+            assert!(Url::split(raw, LoneUserinfo::User).is_err(), "{raw}");
+            assert!(!redact(raw).contains("hunter2"), "{raw}: {}", redact(raw));
+        }
+    }
+
+    #[test]
+    fn redact_hides_every_shape_of_password() {
+        assert_eq!(redact("redis://u:pw@h:1/0"), "redis://u:***@h:1/0");
+        assert_eq!(redact("redis://:pw@h"), "redis://:***@h");
+        assert_eq!(redact("redis://pw@h"), "redis://***@h");
+        assert_eq!(redact("postgres://app@h/db"), "postgres://app@h/db");
+        assert_eq!(redact("postgres://app:pw@h/db"), "postgres://app:***@h/db");
+        assert_eq!(redact("etcd://u:p@a:1,b:2"), "etcd://u:***@a:1,b:2");
+        assert_eq!(redact("file:///x"), "file:///x");
+        assert_eq!(redact("admin:pw@redis.local"), "***@redis.local");
+        assert_eq!(redact("x:pw@h,redis://y"), "***@h,redis://y");
+        assert_eq!(redact("redis://u:pw@h:0"), "redis://***@h:0");
+        assert_eq!(redact("plain text"), "plain text");
+    }
+
+    #[test]
+    fn unknown_options_are_named() {
+        let url = split("etcd://u:hunter2@h:1?tls=1");
+        let err = url.only_params(&["cacert", "cert", "key"]).unwrap_err();
+        assert!(err.contains("\"tls\"") && err.contains("cacert="), "{err}");
+        assert!(!err.contains("hunter2"));
+    }
+}

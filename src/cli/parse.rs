@@ -1,0 +1,219 @@
+//! Parsing the command line around clap: `LOCKRUN_*` variables that are set but empty count as
+//! unset (a crontab's `LOCKRUN_NO_WAIT=`), the command line beats the environment for options
+//! that exclude each other, and every parse error becomes one line that points the right way.
+
+use std::ffi::OsString;
+
+use clap::error::{ContextKind, ContextValue, ErrorKind};
+use clap::parser::ValueSource;
+use clap::{ArgMatches, CommandFactory, FromArgMatches};
+
+use super::args::Cli;
+use crate::exit::Error;
+
+/// The message for a run form without a command.
+pub const MISSING_COMMAND: &str =
+    "missing command: give it after --, as in lockrun --name NAME -- ./job.sh";
+/// The message for a run form without `--name`.
+const MISSING_NAME: &str =
+    "missing --name: give the lease's name, as in lockrun --name NAME -- ./job.sh";
+
+/// What parsing the command line came to.
+pub enum Parsed {
+    /// Flags to resolve.
+    Cli(Box<Cli>),
+    /// Help or the version was printed: nothing more to do.
+    Printed,
+}
+
+/// Parses the process's arguments: clap's parse, then the rules clap cannot express (which of two
+/// exclusive options wins); every error is one line (exit 64).
+pub fn parse(args: Vec<OsString>) -> Result<Parsed, Error> {
+    forget_empty_variables();
+    let parsed = Cli::command()
+        .try_get_matches_from(&args)
+        .and_then(|matches| Ok((Cli::from_arg_matches(&matches)?, matches)));
+    let (mut cli, matches) = match parsed {
+        Ok(parsed) => parsed,
+        Err(e) => return clap_error(&e, &args),
+    };
+    settle_overrides(&mut cli, &matches)?;
+    Ok(Parsed::Cli(Box::new(cli)))
+}
+
+/// Removes `LOCKRUN_*` variables whose value is empty: for every option, an empty variable counts
+/// as unset, as a crontab line `LOCKRUN_NO_WAIT=` means.
+fn forget_empty_variables() {
+    let empty: Vec<OsString> = std::env::vars_os()
+        .filter(|(key, value)| key.to_string_lossy().starts_with("LOCKRUN_") && value.is_empty())
+        .map(|(key, _)| key)
+        .collect();
+    for key in empty {
+        // SAFETY: called first thing in `main`, before the runtime or any other thread exists,
+        // so nothing can read the environment concurrently.
+        unsafe { std::env::remove_var(key) };
+    }
+}
+
+/// One of two options that exclude each other: its clap id, its flag, whether it is set, and how
+/// to unset it.
+type Exclusive = (&'static str, &'static str, fn(&Cli) -> bool, fn(&mut Cli));
+
+const EXCLUSIVE: [(Exclusive, Exclusive); 3] = [
+    (
+        (
+            "wait",
+            "--wait",
+            |c| c.run.wait.is_some(),
+            |c| c.run.wait = None,
+        ),
+        (
+            "no_wait",
+            "--no-wait",
+            |c| c.run.no_wait,
+            |c| c.run.no_wait = false,
+        ),
+    ),
+    (
+        (
+            "backend",
+            "--backend",
+            |c| c.backend.is_some(),
+            |c| c.backend = None,
+        ),
+        (
+            "backend_file",
+            "--backend-file",
+            |c| c.backend_file.is_some(),
+            |c| c.backend_file = None,
+        ),
+    ),
+    (
+        ("quiet", "--quiet", |c| c.quiet, |c| c.quiet = false),
+        ("verbose", "--verbose", |c| c.verbose > 0, |c| c.verbose = 0),
+    ),
+];
+
+/// Options that exclude each other may come one from the environment (a crontab's
+/// `LOCKRUN_NO_WAIT=1`) and one from the command line (`--wait 5m` on one line): the command line
+/// wins. Both from the same place is a usage error.
+fn settle_overrides(cli: &mut Cli, matches: &ArgMatches) -> Result<(), Error> {
+    let typed = |id: &str| matches.value_source(id) == Some(ValueSource::CommandLine);
+    for ((a_id, a_flag, a_set, a_clear), (b_id, b_flag, b_set, b_clear)) in EXCLUSIVE {
+        if !(a_set(cli) && b_set(cli)) {
+            continue;
+        }
+        match (typed(a_id), typed(b_id)) {
+            (true, false) => b_clear(cli),
+            (false, true) => a_clear(cli),
+            _ => {
+                return Err(Error::usage(format!(
+                    "{a_flag} cannot be used with {b_flag}"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Help and version go to stdout ([`Parsed::Printed`]); every parse error is one line.
+fn clap_error(e: &clap::Error, args: &[OsString]) -> Result<Parsed, Error> {
+    match e.kind() {
+        ErrorKind::DisplayHelp
+        | ErrorKind::DisplayVersion
+        | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = e.print();
+            Ok(Parsed::Printed)
+        }
+        _ => Err(Error::Usage(usage_message(e, args))),
+    }
+}
+
+/// The one line for a parse error, pointing at what the user most likely meant.
+fn usage_message(e: &clap::Error, args: &[OsString]) -> String {
+    let subcommand = subcommand_of(args);
+    let help = match subcommand {
+        Some(sub) => format!("lockrun {sub} --help"),
+        None => "lockrun --help".to_owned(),
+    };
+    if e.kind() == ErrorKind::MissingRequiredArgument && subcommand.is_none() {
+        let missing = missing_args(e);
+        if missing.iter().any(|a| a.starts_with("--name")) {
+            return MISSING_NAME.to_owned();
+        }
+        if missing.iter().any(|a| a.contains("<COMMAND>")) {
+            return MISSING_COMMAND.to_owned();
+        }
+    }
+    if e.kind() == ErrorKind::UnknownArgument
+        && let Some(ContextValue::String(word)) = e.get(ContextKind::InvalidArg)
+        && !word.starts_with('-')
+        && subcommand.is_none()
+    {
+        let has_name = args.iter().any(|a| {
+            let a = a.to_string_lossy();
+            a == "--name" || a.starts_with("--name=")
+        }) || std::env::var_os("LOCKRUN_NAME").is_some();
+        return match has_name || crate::name::LockName::parse(word).is_err() {
+            true => format!(
+                "unexpected argument {word:?}: put the command after --, as in lockrun --name NAME -- {word}"
+            ),
+            false => format!(
+                "unexpected argument {word:?}: did you mean --name {word}? (lockrun --name {word} -- COMMAND)"
+            ),
+        };
+    }
+    let mut text = one_line(&e.render().to_string());
+    if let Some(ContextValue::String(suggested)) = e.get(ContextKind::SuggestedArg).map(first_of)
+        && !text.contains(&suggested)
+    {
+        text = format!("{text}; did you mean {suggested}?");
+    }
+    if let Some(ContextValue::String(suggested)) =
+        e.get(ContextKind::SuggestedSubcommand).map(first_of)
+        && !text.contains(&suggested)
+    {
+        text = format!("{text}; did you mean {suggested}?");
+    }
+    format!("{text} (see {help})")
+}
+
+/// A context value reduced to its first string.
+fn first_of(value: &ContextValue) -> ContextValue {
+    match value {
+        ContextValue::Strings(list) => list
+            .first()
+            .map_or(ContextValue::None, |s| ContextValue::String(s.clone())),
+        other => other.clone(),
+    }
+}
+
+/// The arguments a missing-argument error names.
+fn missing_args(e: &clap::Error) -> Vec<String> {
+    match e.get(ContextKind::InvalidArg) {
+        Some(ContextValue::Strings(list)) => list.clone(),
+        Some(ContextValue::String(one)) => vec![one.clone()],
+        _ => Vec::new(),
+    }
+}
+
+/// The subcommand the arguments name, if any (the first word that is one, before `--`).
+fn subcommand_of(args: &[OsString]) -> Option<&'static str> {
+    const SUBCOMMANDS: [&str; 4] = ["status", "list", "release", "drill"];
+    args.iter()
+        .skip(1)
+        .map(|a| a.to_string_lossy())
+        .take_while(|a| a != "--")
+        .find_map(|a| SUBCOMMANDS.iter().find(|s| **s == a).copied())
+}
+
+/// clap's message without the `error:` label, the usage block and tips, on one line.
+fn one_line(rendered: &str) -> String {
+    let body: Vec<&str> = rendered
+        .lines()
+        .take_while(|line| !line.trim().is_empty())
+        .map(str::trim)
+        .collect();
+    let text = body.join(" ");
+    text.strip_prefix("error: ").unwrap_or(&text).to_owned()
+}

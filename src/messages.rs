@@ -1,0 +1,125 @@
+//! lockrun's own messages: always on stderr, always prefixed `lockrun:`, filtered by `-q`/`-v`;
+//! and the two helpers every message goes through — [`fragment`] for text that comes from
+//! elsewhere (an I/O error, a server's reply, a client library), [`duration`] for times.
+//! stdout belongs to the command alone.
+
+use std::io::{self, Write};
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::Duration;
+
+/// Errors only.
+pub const QUIET: u8 = 0;
+/// Errors and warnings (the default).
+pub const NORMAL: u8 = 1;
+/// Plus what lockrun is doing: acquisition, token, release.
+pub const VERBOSE: u8 = 2;
+/// Plus every renewal.
+pub const DEBUG: u8 = 3;
+
+static LEVEL: AtomicU8 = AtomicU8::new(NORMAL);
+
+/// Sets the level from `-q` and the count of `-v`.
+pub fn set_level(quiet: bool, verbose: u8) {
+    let level = if quiet {
+        QUIET
+    } else {
+        NORMAL.saturating_add(verbose).min(DEBUG)
+    };
+    LEVEL.store(level, Ordering::Relaxed);
+}
+
+/// Whether messages of `level` are printed.
+pub fn enabled(level: u8) -> bool {
+    LEVEL.load(Ordering::Relaxed) >= level
+}
+
+/// Prints `lockrun: {message}` to stderr when `level` is enabled; errors use [`QUIET`].
+pub fn say(level: u8, message: std::fmt::Arguments<'_>) {
+    if enabled(level) {
+        // A closed or broken stderr must not turn a message into a panic.
+        let _ = writeln!(io::stderr().lock(), "lockrun: {message}");
+    }
+}
+
+/// An error message, printed even with `-q`.
+#[macro_export]
+macro_rules! error {
+    ($($arg:tt)*) => { $crate::messages::say($crate::messages::QUIET, format_args!($($arg)*)) };
+}
+
+/// A warning: something went wrong that did not stop lockrun.
+#[macro_export]
+macro_rules! warn {
+    ($($arg:tt)*) => { $crate::messages::say($crate::messages::NORMAL, format_args!($($arg)*)) };
+}
+
+/// What lockrun is doing, with `-v`.
+#[macro_export]
+macro_rules! info {
+    ($($arg:tt)*) => { $crate::messages::say($crate::messages::VERBOSE, format_args!($($arg)*)) };
+}
+
+/// Per-renewal detail, with `-vv`.
+#[macro_export]
+macro_rules! debug {
+    ($($arg:tt)*) => { $crate::messages::say($crate::messages::DEBUG, format_args!($($arg)*)) };
+}
+
+/// Text from elsewhere, made fit to follow `lockrun: ...: `: every secret replaced by `***`,
+/// on one line, without an `(os error N)` tail, starting in lowercase (unless it starts with an
+/// acronym such as `DB` or `ERR`).
+pub fn fragment(text: &str, secrets: &[String]) -> String {
+    let mut text = text.to_owned();
+    for secret in secrets.iter().filter(|s| !s.is_empty()) {
+        text = text.replace(secret.as_str(), "***");
+    }
+    if let Some(at) = text.find(" (os error") {
+        text.truncate(at);
+    }
+    let one_line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let text = one_line.trim_end_matches('.');
+    let mut chars = text.chars();
+    match (chars.next(), chars.clone().next()) {
+        (Some(first), next) if !next.is_some_and(char::is_uppercase) => {
+            first.to_lowercase().chain(chars).collect()
+        }
+        _ => text.to_owned(),
+    }
+}
+
+/// An I/O error as a fragment.
+pub fn io(e: &io::Error) -> String {
+    fragment(&e.to_string(), &[])
+}
+
+/// A duration as people write it (`1s 500ms`), rounded to the millisecond.
+pub fn duration(d: Duration) -> String {
+    let rounded = Duration::from_millis(d.as_millis().try_into().unwrap_or(u64::MAX));
+    humantime::format_duration(rounded).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fragments_are_scrubbed_lowercase_single_lines() {
+        let secrets = vec!["p@ss".to_owned(), "p%40ss".to_owned()];
+        assert_eq!(
+            fragment("Failed near p@ss and p%40ss (os error 13)", &secrets),
+            "failed near *** and ***"
+        );
+        assert_eq!(
+            fragment("DB index is out of range.", &[]),
+            "DB index is out of range"
+        );
+        assert_eq!(fragment("Bad\nthing\n  here", &[]), "bad thing here");
+        assert_eq!(fragment("", &[]), "");
+    }
+
+    #[test]
+    fn durations_round_to_milliseconds() {
+        assert_eq!(duration(Duration::from_nanos(1_500_400_000)), "1s 500ms");
+        assert_eq!(duration(Duration::from_secs(192)), "3m 12s");
+    }
+}
