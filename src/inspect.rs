@@ -4,8 +4,9 @@ use std::fmt::Write as _;
 use std::io::Write as _;
 use std::time::Duration;
 
-use crate::backend::{BackendSpec, LockStatus};
+use crate::backend::{BackendSpec, LockStatus, Mode};
 use crate::exit::Error;
+use crate::messages::duration;
 use crate::name::LockName;
 
 /// Exit status of `status --quiet` when NAME is free.
@@ -49,7 +50,7 @@ pub async fn force_release(spec: &BackendSpec, name: &LockName) -> Result<u8, Er
     match backend.force_release(name).await? {
         0 => crate::warn!("{name} is not held; nothing to release"),
         n => crate::warn!(
-            "released {n} holder(s) of {name}; they lose their lease at their next renewal"
+            "released {n} holder(s) of {name}; each is told to stop its command (one that cannot be reached stops when its next renewal fails)"
         ),
     }
     Ok(0)
@@ -61,12 +62,14 @@ fn to_json<T: serde::Serialize>(value: &T) -> Result<String, Error> {
     Ok(text)
 }
 
-/// One line for the name, one per holder.
+/// One line for the name, one per holder, one per waiter in line order.
 fn describe(status: &LockStatus) -> String {
     let mut text = String::new();
     let held = status.holders.len();
+    let shared = status.holders.iter().any(|h| h.mode == Mode::Shared);
     let _ = match (status.held, status.limit) {
         (false, _) => write!(text, "{}: free", status.name),
+        (true, _) if shared => write!(text, "{}: shared by {held}", status.name),
         (true, 1) => write!(text, "{}: held", status.name),
         (true, limit) => write!(text, "{}: held by {held} of {limit}", status.name),
     };
@@ -75,13 +78,34 @@ fn describe(status: &LockStatus) -> String {
     }
     text.push('\n');
     for h in &status.holders {
-        let left = humantime::format_duration(Duration::from_millis(h.expires_in_ms));
+        let left = duration(Duration::from_millis(h.expires_in_ms));
         let _ = write!(
             text,
             "  token {} slot {}: pid {} on {} as {}, since {}, lease {} left",
             h.token, h.slot, h.pid, h.host, h.user, h.acquired_at, left
         );
+        if h.mode == Mode::Shared {
+            text.push_str(", shared");
+        }
         if let Some(note) = &h.note {
+            let _ = write!(text, ", note: {note}");
+        }
+        text.push('\n');
+    }
+    for (place, w) in status.queue.iter().enumerate() {
+        let _ = write!(
+            text,
+            "  waiting {}: pid {} on {} as {}, since {}",
+            place + 1,
+            w.pid,
+            w.host,
+            w.user,
+            w.since
+        );
+        if w.mode == Mode::Shared {
+            text.push_str(", shared");
+        }
+        if let Some(note) = &w.note {
             let _ = write!(text, ", note: {note}");
         }
         text.push('\n');

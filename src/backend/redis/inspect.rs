@@ -7,40 +7,44 @@ use std::time::Duration;
 use super::connect::{Link, REQUEST_TIMEOUT};
 use super::keys::{self, Keys};
 use super::scripts;
-use crate::backend::{BackendError, HolderInfo, HolderStatus, LockStatus, MAX_LIMIT};
+use crate::backend::{BackendError, HolderInfo, HolderStatus, LockStatus, MAX_LIMIT, WaiterStatus};
 use crate::name::LockName;
 
 /// Keys asked for per `SCAN` step.
 const SCAN_COUNT: u32 = 1000;
 
-/// Who holds `name`, and how many wait.
+/// A holder as the status script returns it: slot, token, record, milliseconds left.
+type StoredHolder = (u32, u64, String, i64);
+
+/// Who holds `name`, and who waits, in line order.
 pub async fn status(link: &Link, name: &LockName) -> Result<LockStatus, BackendError> {
     let keys = Keys::new(name);
     let limit = known_limit(link, &keys).await?;
     let mut invocation = scripts::STATUS.prepare_invoke();
-    invocation.key(keys.beats());
+    invocation
+        .key(keys.beats())
+        .key(keys.readers())
+        .key(keys.rinfo())
+        .key(keys.queue())
+        .key(keys.qinfo());
     for slot in keys.slots(limit) {
         invocation.key(slot);
     }
-    let (waiters, held): (u32, Vec<(u32, u64, String, i64)>) =
+    let (waiting, held): (Vec<String>, Vec<StoredHolder>) =
         link.script(REQUEST_TIMEOUT, &invocation).await?;
-    let holders: Vec<HolderStatus> = held
+    let holders = held
         .into_iter()
         .map(|(slot, token, info, left_ms)| {
-            let info = HolderInfo::decode(info.as_bytes());
             // -1: no expiry, which lockrun never sets; show it as none left rather than forever.
             let left = Duration::from_millis(u64::try_from(left_ms).unwrap_or(0));
-            HolderStatus::new(info, token, slot, left)
+            HolderStatus::new(HolderInfo::decode(info.as_bytes()), token, slot, left)
         })
         .collect();
-    Ok(LockStatus {
-        name: name.to_string(),
-        held: !holders.is_empty(),
-        limit,
-        waiters,
-        holders,
-        queue: Vec::new(),
-    })
+    let queue = waiting
+        .iter()
+        .map(|record| WaiterStatus::new(HolderInfo::decode(record.as_bytes())))
+        .collect();
+    Ok(LockStatus::new(name, limit, holders, queue))
 }
 
 /// Every held name that starts with `prefix`, sorted by name.
@@ -77,15 +81,22 @@ pub async fn list(link: &Link, prefix: &str) -> Result<Vec<LockStatus>, BackendE
     Ok(held)
 }
 
-/// Drops every holder of `name`; the token counter is untouched.
+/// Drops every holder of `name`, tells each on its own channel, and wakes whoever is next; the
+/// token counter is untouched.
 pub async fn force_release(link: &Link, name: &LockName) -> Result<usize, BackendError> {
     let keys = Keys::new(name);
     let limit = known_limit(link, &keys).await?;
     let mut invocation = scripts::FORCE_RELEASE.prepare_invoke();
+    invocation
+        .key(keys.meta())
+        .key(keys.queue())
+        .key(keys.xqueue())
+        .key(keys.readers())
+        .key(keys.rinfo());
     for slot in keys.slots(limit) {
         invocation.key(slot);
     }
-    invocation.arg(keys.channel());
+    invocation.arg(keys.wake_prefix()).arg(keys.revoke_prefix());
     let dropped: u64 = link.script(REQUEST_TIMEOUT, &invocation).await?;
     Ok(usize::try_from(dropped).unwrap_or(usize::MAX))
 }

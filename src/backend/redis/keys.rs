@@ -3,14 +3,21 @@
 //!
 //! For a name `N`:
 //! - `lockrun:{N}:meta` — hash, never expires: `token` (the last fencing token issued), `limit`
-//!   (the largest `--limit` seen, so `status` knows which slots to read) and `arrivals` (the
-//!   waiters' ticket counter).
-//! - `lockrun:{N}:slot:K` — hash, one per held slot, expiring with the lease: `owner`, `token`,
-//!   `limit`, `info` (the holder's JSON for `status`).
-//! - `lockrun:{N}:queue` — sorted set of waiter ids by ticket: the line, first come first served.
+//!   (the largest `--limit` seen, so `status` knows which slots to read), `arrivals` (the
+//!   waiters' ticket counter), `sup_ticket`/`sup_owner` (the newest `--supersede` waiter) and
+//!   `last_run` (`--min-interval`: when the name last ran, server microseconds).
+//! - `lockrun:{N}:slot:K` — hash, one per exclusively held slot, expiring with the lease: `owner`,
+//!   `token`, `limit`, `info` (the holder's JSON for `status`).
+//! - `lockrun:{N}:readers` — sorted set of shared holders by lease expiry (server milliseconds),
+//!   and `lockrun:{N}:rinfo` — hash of each one's `token|record`.
+//! - `lockrun:{N}:queue` — sorted set of waiter ids by ticket: the line, first come first served;
+//!   `lockrun:{N}:xqueue` the exclusive waiters among them, `lockrun:{N}:squeue` the
+//!   `--supersede` ones, and `lockrun:{N}:qinfo` a hash of each waiter's record.
 //! - `lockrun:{N}:beats` — sorted set of waiter ids by heartbeat deadline (server milliseconds): a
 //!   waiter whose deadline passed is dropped from the line.
-//! - `lockrun:{N}:released` — the pub/sub channel a release publishes on.
+//! - `lockrun:{N}:wake:ID` — the pub/sub channel of waiter ID: a release publishes only to the
+//!   waiters whose turn it may be, so one release never wakes the whole line.
+//! - `lockrun:{N}:revoke:ID` — the channel of holder ID: `release --force` tells it there.
 //!
 //! Names cannot contain `{`, `}` or glob characters, so a name never breaks the hash tag or a
 //! `SCAN` pattern.
@@ -55,8 +62,34 @@ impl Keys {
         format!("{}beats", self.base)
     }
 
-    pub fn channel(&self) -> String {
-        format!("{}released", self.base)
+    pub fn xqueue(&self) -> String {
+        format!("{}xqueue", self.base)
+    }
+
+    pub fn squeue(&self) -> String {
+        format!("{}squeue", self.base)
+    }
+
+    pub fn qinfo(&self) -> String {
+        format!("{}qinfo", self.base)
+    }
+
+    pub fn readers(&self) -> String {
+        format!("{}readers", self.base)
+    }
+
+    pub fn rinfo(&self) -> String {
+        format!("{}rinfo", self.base)
+    }
+
+    /// The prefix of every waiter's wake-up channel; `wake:ID` is waiter ID's.
+    pub fn wake_prefix(&self) -> String {
+        format!("{}wake:", self.base)
+    }
+
+    /// The prefix of every holder's revocation channel; `revoke:ID` is holder ID's.
+    pub fn revoke_prefix(&self) -> String {
+        format!("{}revoke:", self.base)
     }
 }
 
@@ -89,7 +122,7 @@ mod tests {
         let keys = Keys::new(&LockName::parse("ci/deploy:prod").unwrap());
         assert_eq!(keys.meta(), "lockrun:{ci/deploy:prod}:meta");
         assert_eq!(keys.slot(2), "lockrun:{ci/deploy:prod}:slot:2");
-        assert_eq!(keys.channel(), "lockrun:{ci/deploy:prod}:released");
+        assert_eq!(keys.wake_prefix(), "lockrun:{ci/deploy:prod}:wake:");
     }
 
     #[test]

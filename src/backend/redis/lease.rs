@@ -1,9 +1,12 @@
-//! [`RedisLease`]: one held slot, renewed with `PEXPIRE` and released with `DEL`, both only after
-//! the server has checked that this run still owns it.
+//! [`RedisLease`]: one held slot (or shared hold), renewed and released by scripts that act only
+//! after the server has checked that this run still owns it: renewal never brings back a hold
+//! that expired.
 //!
 //! A renewal has its own deadline, shorter than the supervisor's renewal interval, so a silent
 //! server yields an unconfirmed renewal (retried) rather than a hang; the supervisor's boot-clock
-//! deadline decides when the command must stop.
+//! deadline decides when the command must stop. `release --force` publishes on this holder's own
+//! revocation channel, which the lease listens to (on a connection of its own, opened once the
+//! command runs) so the supervisor can check at once rather than at the next renewal.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,33 +14,30 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::connect::{Link, REQUEST_TIMEOUT};
+use super::doorbell::Subscription;
+use super::keys::Keys;
 use super::scripts;
-use crate::backend::waiting::policy::renew_timeout;
-use crate::backend::{BackendError, Grant, Lease, RenewError, Renewal};
+use crate::backend::waiting::line::Doorbell;
+use crate::backend::waiting::policy::{SAFETY_RECHECK, renew_timeout};
+use crate::backend::{BackendError, Grant, Lease, Mode, RenewError, Renewal};
 
-/// A slot held by this run.
+/// A slot or shared hold of this run.
 pub struct RedisLease {
     link: Arc<Link>,
-    slot_key: String,
-    channel: String,
+    keys: Keys,
+    mode: Mode,
     owner: String,
     ttl_ms: u64,
     grant: Grant,
 }
 
 impl RedisLease {
-    pub fn new(
-        link: Arc<Link>,
-        slot_key: String,
-        channel: String,
-        owner: String,
-        grant: Grant,
-    ) -> Self {
+    pub fn new(link: Arc<Link>, keys: Keys, mode: Mode, owner: String, grant: Grant) -> Self {
         let ttl = grant.ttl.unwrap_or_default();
         RedisLease {
             link,
-            slot_key,
-            channel,
+            keys,
+            mode,
             owner,
             ttl_ms: ttl.as_millis().try_into().unwrap_or(u64::MAX),
             grant,
@@ -52,19 +52,21 @@ impl Lease for RedisLease {
     }
 
     async fn renew(&self) -> Result<Renewal, RenewError> {
-        let mut invocation = scripts::RENEW.prepare_invoke();
-        invocation
-            .key(&self.slot_key)
-            .arg(&self.owner)
-            .arg(self.ttl_ms);
-        match self
-            .link
-            .script::<i64>(
-                renew_timeout(Duration::from_millis(self.ttl_ms)),
-                &invocation,
-            )
-            .await
-        {
+        let mut invocation = match self.mode {
+            Mode::Exclusive => {
+                let mut invocation = scripts::RENEW.prepare_invoke();
+                invocation.key(self.keys.slot(self.grant.slot));
+                invocation
+            }
+            Mode::Shared => {
+                let mut invocation = scripts::RENEW_SHARED.prepare_invoke();
+                invocation.key(self.keys.readers());
+                invocation
+            }
+        };
+        invocation.arg(&self.owner).arg(self.ttl_ms);
+        let limit = renew_timeout(Duration::from_millis(self.ttl_ms));
+        match self.link.script::<i64>(limit, &invocation).await {
             Ok(1) => Ok(Renewal {
                 ttl: Some(Duration::from_millis(self.ttl_ms)),
             }),
@@ -77,15 +79,43 @@ impl Lease for RedisLease {
     }
 
     async fn release(self: Box<Self>) -> Result<(), BackendError> {
-        let mut invocation = scripts::RELEASE.prepare_invoke();
+        let mut invocation = match self.mode {
+            Mode::Exclusive => {
+                let mut invocation = scripts::RELEASE.prepare_invoke();
+                invocation.key(self.keys.slot(self.grant.slot));
+                invocation
+            }
+            Mode::Shared => {
+                let mut invocation = scripts::RELEASE_SHARED.prepare_invoke();
+                invocation.key(self.keys.readers()).key(self.keys.rinfo());
+                invocation
+            }
+        };
         invocation
-            .key(&self.slot_key)
+            .key(self.keys.meta())
+            .key(self.keys.queue())
+            .key(self.keys.xqueue())
             .arg(&self.owner)
-            .arg(&self.channel);
+            .arg(self.keys.wake_prefix());
         let released: i64 = self.link.script(REQUEST_TIMEOUT, &invocation).await?;
         if released == 0 {
             crate::info!("the lease was no longer this run's; nothing to release");
         }
         Ok(())
+    }
+
+    async fn revoked(&self) {
+        let channel = format!("{}{}", self.keys.revoke_prefix(), self.owner);
+        loop {
+            match Subscription::open(&self.link, &channel).await {
+                Ok(mut subscription) => {
+                    if subscription.rung().await {
+                        return;
+                    }
+                }
+                Err(e) => crate::debug!("cannot listen for a forced release ({e})"),
+            }
+            tokio::time::sleep(SAFETY_RECHECK).await;
+        }
     }
 }

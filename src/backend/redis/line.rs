@@ -1,7 +1,8 @@
 //! [`Redis`]: the Redis backend's line — one atomic try (the `acquire` script: take a free slot
-//! when it is this caller's turn, or keep the caller in line with a fresh heartbeat), leaving the
-//! line (the `leave` script, which also drops a slot a lost answer may have given), and the
-//! doorbell (pub/sub on the name's channel). The waiting itself is the shared engine's.
+//! or a shared hold when it is this caller's turn, or keep the caller in line with a fresh
+//! heartbeat), leaving the line (the `leave` script, which also drops a hold a lost answer may
+//! have given), and the doorbell (pub/sub on the waiter's own channel, on which only the waiters
+//! whose turn it may be are woken). The waiting itself is the shared engine's.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,7 +16,7 @@ use super::keys::Keys;
 use super::lease::RedisLease;
 use super::scripts;
 use crate::backend::waiting::line::{Attempt, Doorbell, Line, Taken, Ticket};
-use crate::backend::{BackendError, Grant, IntervalClaim, Lease, LockStatus};
+use crate::backend::{BackendError, Grant, HolderInfo, IntervalClaim, Lease, LockStatus, Mode};
 use crate::clock::BootInstant;
 use crate::name::LockName;
 
@@ -33,10 +34,10 @@ impl Redis {
         }
     }
 
-    fn unexpected(&self, reply: &[i64]) -> BackendError {
+    fn unexpected(&self, what: &str) -> BackendError {
         BackendError::Failed {
             endpoint: self.link.endpoint().to_owned(),
-            reason: format!("unexpected reply {reply:?} to the acquire script"),
+            reason: format!("unexpected reply to the {what} script"),
         }
     }
 }
@@ -44,6 +45,20 @@ impl Redis {
 /// The lease length to ask for, in whole milliseconds (at least one).
 fn ttl_ms(ttl: Duration) -> u64 {
     ttl.as_millis().clamp(1, u128::from(u64::MAX)) as u64
+}
+
+/// The keys every script that touches the whole line takes first, in the scripts' order.
+fn line_keys(keys: &Keys) -> [String; 8] {
+    [
+        keys.meta(),
+        keys.queue(),
+        keys.beats(),
+        keys.xqueue(),
+        keys.squeue(),
+        keys.qinfo(),
+        keys.readers(),
+        keys.rinfo(),
+    ]
 }
 
 #[async_trait]
@@ -56,10 +71,9 @@ impl Line for Redis {
         let request = ticket.request;
         let keys = Keys::new(&request.name);
         let mut invocation = scripts::ACQUIRE.prepare_invoke();
-        invocation
-            .key(keys.meta())
-            .key(keys.queue())
-            .key(keys.beats());
+        for key in line_keys(&keys) {
+            invocation.key(key);
+        }
         for slot in keys.slots(request.limit) {
             invocation.key(slot);
         }
@@ -68,30 +82,39 @@ impl Line for Redis {
             .arg(ttl_ms(request.ttl))
             .arg(request.limit)
             .arg(ticket.holder_json())
-            .arg(ticket.heartbeat.as_millis() as u64);
-        let reply: Vec<i64> = self.link.script(REQUEST_TIMEOUT, &invocation).await?;
-        match reply.as_slice() {
-            [1, token, slot] => Ok(Attempt::Taken(Taken {
-                token: u64::try_from(*token).map_err(|_| self.unexpected(&reply))?,
-                slot: u32::try_from(*slot).map_err(|_| self.unexpected(&reply))?,
+            .arg(ticket.heartbeat.as_millis() as u64)
+            .arg(match request.mode {
+                Mode::Exclusive => "x",
+                Mode::Shared => "s",
+            })
+            .arg(if request.supersede { "1" } else { "0" })
+            .arg(keys.wake_prefix());
+        let (taken, token, slot, superseded, by): (i64, i64, i64, i64, String) =
+            self.link.script(REQUEST_TIMEOUT, &invocation).await?;
+        if taken == 1 {
+            return Ok(Attempt::Taken(Taken {
+                token: u64::try_from(token).map_err(|_| self.unexpected("acquire"))?,
+                slot: u32::try_from(slot).map_err(|_| self.unexpected("acquire"))?,
                 ttl: Duration::from_millis(ttl_ms(request.ttl)),
-            })),
-            [0, _place, soonest] => Ok(Attempt::Waiting {
-                soonest_expiry: u64::try_from(*soonest).ok().map(Duration::from_millis),
-                superseded_by: None,
-            }),
-            _ => Err(self.unexpected(&reply)),
+            }));
         }
+        // `slot` is then the shortest lease left, in ms, or -1.
+        Ok(Attempt::Waiting {
+            soonest_expiry: u64::try_from(slot).ok().map(Duration::from_millis),
+            superseded_by: (superseded == 1).then(|| HolderInfo::decode(by.as_bytes())),
+        })
     }
 
     async fn leave(&self, ticket: &Ticket<'_>) -> Result<(), BackendError> {
         let keys = Keys::new(&ticket.request.name);
         let mut invocation = scripts::LEAVE.prepare_invoke();
-        invocation.key(keys.queue()).key(keys.beats());
+        for key in line_keys(&keys) {
+            invocation.key(key);
+        }
         for slot in keys.slots(ticket.request.limit) {
             invocation.key(slot);
         }
-        invocation.arg(&ticket.owner).arg(keys.channel());
+        invocation.arg(&ticket.owner).arg(keys.wake_prefix());
         self.link
             .script::<i64>(REQUEST_TIMEOUT, &invocation)
             .await
@@ -99,16 +122,19 @@ impl Line for Redis {
     }
 
     async fn doorbell(&self, ticket: &Ticket<'_>) -> Result<Box<dyn Doorbell>, BackendError> {
-        let channel = Keys::new(&ticket.request.name).channel();
+        let channel = format!(
+            "{}{}",
+            Keys::new(&ticket.request.name).wake_prefix(),
+            ticket.owner
+        );
         Ok(Box::new(Subscription::open(&self.link, &channel).await?))
     }
 
     fn lease(&self, ticket: &Ticket<'_>, taken: Taken, sent_at: BootInstant) -> Box<dyn Lease> {
-        let keys = Keys::new(&ticket.request.name);
         Box::new(RedisLease::new(
             Arc::clone(&self.link),
-            keys.slot(taken.slot),
-            keys.channel(),
+            Keys::new(&ticket.request.name),
+            ticket.request.mode,
             ticket.owner.clone(),
             Grant {
                 token: taken.token,
@@ -133,12 +159,20 @@ impl Line for Redis {
 
     async fn claim_interval(
         &self,
-        _name: &LockName,
-        _interval: Duration,
+        name: &LockName,
+        interval: Duration,
     ) -> Result<IntervalClaim, BackendError> {
-        Err(BackendError::Unsupported(
-            "--min-interval is not available on this backend yet".into(),
-        ))
+        let mut invocation = scripts::CLAIM_INTERVAL.prepare_invoke();
+        invocation
+            .key(Keys::new(name).meta())
+            .arg(u64::try_from(interval.as_micros()).unwrap_or(u64::MAX));
+        let (claimed, ago_us): (i64, i64) = self.link.script(REQUEST_TIMEOUT, &invocation).await?;
+        Ok(match claimed {
+            1 => IntervalClaim::Claimed,
+            _ => IntervalClaim::TooSoon {
+                ago: Duration::from_micros(u64::try_from(ago_us).unwrap_or(0)),
+            },
+        })
     }
 
     async fn server_time(&self) -> Result<Option<std::time::SystemTime>, BackendError> {

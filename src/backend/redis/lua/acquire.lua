@@ -1,83 +1,154 @@
--- Takes a slot of a lease if one is free and it is this caller's turn; otherwise (when waiting)
--- keeps the caller in line.
+-- One try to become a holder of a name, in turn; otherwise (when waiting) keeps the caller in line.
 --
--- KEYS[1] meta hash, KEYS[2] queue zset (id -> ticket), KEYS[3] beats zset (id -> heartbeat
--- deadline, server ms), KEYS[4 ..] slot hashes 0 .. limit-1.
--- ARGV[1] owner id, ARGV[2] ttl ms, ARGV[3] limit, ARGV[4] holder JSON, ARGV[5] heartbeat ms
--- (0: try once, do not queue).
+-- KEYS: 1 meta hash, 2 queue zset (waiter -> ticket), 3 beats zset (waiter -> heartbeat deadline,
+-- server ms), 4 xqueue zset (exclusive waiters -> ticket), 5 squeue zset (--supersede waiters ->
+-- ticket), 6 qinfo hash (waiter -> its record), 7 readers zset (shared holder -> lease expiry,
+-- server ms), 8 rinfo hash (shared holder -> "token|record"), 9 .. slot hashes 0 .. limit-1.
+-- ARGV: 1 owner id, 2 ttl ms, 3 limit, 4 record JSON, 5 heartbeat ms (0: try once, never queue),
+-- 6 mode ('x' exclusive, 's' shared), 7 '1' for --supersede, 8 wake channel prefix.
 --
--- Returns {1, token, slot} when taken; {0, place in line, shortest lease left in ms or -1}
--- otherwise. Every number is an integer: Lua numbers are doubles, exact below 2^53, and are only
--- turned into text with string.format('%d'), never tostring (which would print 1.7e+15).
+-- The rules, first come first served: an exclusive contender takes a free slot when no shared
+-- holder remains and fewer waiters are ahead of it than slots are free; a shared contender
+-- enters when no exclusive holder holds and no exclusive waiter is ahead of it — so a waiting
+-- writer is never starved by readers that came after it.
+--
+-- Returns {1, token, slot, 0, ''} when taken; {0, place in line (-1 when not queued), shortest lease
+-- left in ms or -1, superseded (0/1), the newer waiter's record or ''} otherwise. Every number is
+-- an integer: Lua numbers are doubles, exact below 2^53, and are only turned into text with
+-- string.format('%d'), never tostring (which would print 1.7e+15).
 if redis.replicate_commands then
   redis.replicate_commands()
 end
-local meta, queue, beats = KEYS[1], KEYS[2], KEYS[3]
+local meta, queue, beats, xqueue, squeue, qinfo, readers, rinfo =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local owner = ARGV[1]
+local ttl = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local heartbeat = tonumber(ARGV[5])
+local shared = ARGV[6] == 's'
+local supersede = ARGV[7] == '1'
 
 local time = redis.call('TIME')
 local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
 local now_ms = math.floor(now_us / 1000)
+local function int(n) return string.format('%d', n) end
 
 -- Waiters whose heartbeat lapsed have gone away: they leave the line.
-local cutoff = '(' .. string.format('%d', now_ms)
+local cutoff = '(' .. int(now_ms)
 local gone = redis.call('ZRANGEBYSCORE', beats, '-inf', cutoff)
 for _, id in ipairs(gone) do
   redis.call('ZREM', queue, id)
+  redis.call('ZREM', xqueue, id)
+  redis.call('ZREM', squeue, id)
+  redis.call('HDEL', qinfo, id)
 end
 if #gone > 0 then
   redis.call('ZREMRANGEBYSCORE', beats, '-inf', cutoff)
 end
+-- Shared holders whose lease ran out are gone.
+local expired = redis.call('ZRANGEBYSCORE', readers, '-inf', int(now_ms))
+for _, id in ipairs(expired) do
+  redis.call('HDEL', rinfo, id)
+end
+if #expired > 0 then
+  redis.call('ZREMRANGEBYSCORE', readers, '-inf', int(now_ms))
+end
+local nreaders = redis.call('ZCARD', readers)
 
 local free = {}
 local soonest = -1
 for k = 1, limit do
-  local left = redis.call('PTTL', KEYS[3 + k])
+  local left = redis.call('PTTL', KEYS[8 + k])
   if left == -2 then
     free[#free + 1] = k - 1
   elseif left >= 0 and (soonest < 0 or left < soonest) then
     soonest = left
   end
 end
-
--- First come, first served: only the first #free in line (or a newcomer when fewer wait) may take
--- a slot.
-local rank = redis.call('ZRANK', queue, owner)
-local place = rank
-if not rank then
-  place = redis.call('ZCARD', queue)
+if nreaders > 0 then
+  local first = redis.call('ZRANGE', readers, 0, 0, 'WITHSCORES')
+  local left = tonumber(first[2]) - now_ms
+  if soonest < 0 or left < soonest then
+    soonest = left
+  end
 end
 
-if place < #free then
-  local slot = free[1]
+local rank = redis.call('ZRANK', queue, owner)
+local ticket = rank and tonumber(redis.call('ZSCORE', queue, owner))
+
+-- A newer --supersede waiter joined after this one: it gives up.
+if rank and supersede then
+  local newest = tonumber(redis.call('HGET', meta, 'sup_ticket') or '0')
+  if newest > ticket then
+    local by = redis.call('HGET', qinfo, redis.call('HGET', meta, 'sup_owner') or '') or ''
+    return {0, rank, soonest, 1, by}
+  end
+end
+
+local can
+if shared then
+  local writers_ahead
+  if rank then
+    writers_ahead = redis.call('ZCOUNT', xqueue, '-inf', '(' .. int(ticket))
+  else
+    writers_ahead = redis.call('ZCARD', xqueue)
+  end
+  can = #free == limit and writers_ahead == 0
+else
+  local place = rank or redis.call('ZCARD', queue)
+  can = nreaders == 0 and place < #free
+end
+
+if can then
   local last = tonumber(redis.call('HGET', meta, 'token') or '0')
   -- Floored by the server's clock, so tokens keep rising after a restart that lost every key.
   local token = math.max(last + 1, now_us)
-  local token_text = string.format('%d', token)
-  redis.call('HSET', meta, 'token', token_text)
+  redis.call('HSET', meta, 'token', int(token))
   local known = tonumber(redis.call('HGET', meta, 'limit') or '0')
   if limit > known then
     redis.call('HSET', meta, 'limit', ARGV[3])
   end
-  local key = KEYS[4 + slot]
-  redis.call('HSET', key, 'owner', owner, 'token', token_text, 'limit', ARGV[3], 'info', ARGV[4])
-  redis.call('PEXPIRE', key, ARGV[2])
+  local slot = 0
+  if shared then
+    redis.call('ZADD', readers, int(now_ms + ttl), owner)
+    redis.call('HSET', rinfo, owner, int(token) .. '|' .. ARGV[4])
+  else
+    slot = free[1]
+    local key = KEYS[9 + slot]
+    redis.call('HSET', key, 'owner', owner, 'token', int(token), 'limit', ARGV[3], 'info', ARGV[4])
+    redis.call('PEXPIRE', key, ARGV[2])
+  end
   if rank then
     redis.call('ZREM', queue, owner)
+    redis.call('ZREM', xqueue, owner)
+    redis.call('ZREM', squeue, owner)
     redis.call('ZREM', beats, owner)
+    redis.call('HDEL', qinfo, owner)
   end
-  return {1, token, slot}
+  return {1, token, slot, 0, ''}
 end
 
 if heartbeat > 0 then
   if not rank then
-    local ticket = redis.call('HINCRBY', meta, 'arrivals', 1)
+    ticket = redis.call('HINCRBY', meta, 'arrivals', 1)
     redis.call('ZADD', queue, ticket, owner)
+    if not shared then
+      redis.call('ZADD', xqueue, ticket, owner)
+    end
+    redis.call('HSET', qinfo, owner, ARGV[4])
+    if supersede then
+      -- Every older --supersede waiter gives up: wake each to find out.
+      local older = redis.call('ZRANGE', squeue, 0, -1)
+      redis.call('ZADD', squeue, ticket, owner)
+      redis.call('HSET', meta, 'sup_ticket', ticket, 'sup_owner', owner)
+      for _, id in ipairs(older) do
+        redis.call('PUBLISH', ARGV[8] .. id, 'superseded')
+      end
+    end
+    rank = redis.call('ZCARD', queue) - 1
   end
-  redis.call('ZADD', beats, string.format('%d', now_ms + heartbeat), owner)
+  redis.call('ZADD', beats, int(now_ms + heartbeat), owner)
 else
-  place = -1
+  rank = -1
 end
-return {0, place, soonest}
+return {0, rank, soonest, 0, ''}

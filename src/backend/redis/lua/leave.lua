@@ -1,17 +1,26 @@
--- A waiter that gives up leaves the line, drops a slot that one of its tries took if the answer
--- never reached it, and wakes the others: the line moved.
+-- A waiter that gives up leaves the line, drops a hold that one of its tries took if the answer
+-- never reached it, and wakes whoever is next.
 --
--- KEYS[1] queue zset, KEYS[2] beats zset, KEYS[3 ..] slot hashes. ARGV[1] waiter id, ARGV[2]
--- channel. Returns how many entries (place in line, slots) were removed.
-local removed = redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('ZREM', KEYS[2], ARGV[1])
-for k = 3, #KEYS do
-  if redis.call('HGET', KEYS[k], 'owner') == ARGV[1] then
+-- KEYS: 1 meta hash, 2 queue zset, 3 beats zset, 4 xqueue zset, 5 squeue zset, 6 qinfo hash,
+-- 7 readers zset, 8 rinfo hash, 9 .. slot hashes. ARGV: 1 owner id, 2 wake channel prefix.
+-- Returns how many entries (place in line, holds) were removed.
+local owner = ARGV[1]
+local removed = redis.call('ZREM', KEYS[2], owner)
+redis.call('ZREM', KEYS[3], owner)
+redis.call('ZREM', KEYS[4], owner)
+redis.call('ZREM', KEYS[5], owner)
+redis.call('HDEL', KEYS[6], owner)
+if redis.call('ZREM', KEYS[7], owner) == 1 then
+  redis.call('HDEL', KEYS[8], owner)
+  removed = removed + 1
+end
+for k = 9, #KEYS do
+  if redis.call('HGET', KEYS[k], 'owner') == owner then
     redis.call('DEL', KEYS[k])
     removed = removed + 1
   end
 end
 if removed > 0 then
-  redis.call('PUBLISH', ARGV[2], 'left')
+  wake_head(KEYS[2], KEYS[4], ARGV[2], tonumber(redis.call('HGET', KEYS[1], 'limit') or '1'))
 end
 return removed
