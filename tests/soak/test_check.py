@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Tests for bench/soak_check.py: each invariant it checks can fail on a synthetic log, and a
-clean log passes. Run: python3 bench/test_soak_check.py (or python3 -m unittest
-bench/test_soak_check.py)."""
+"""Tests for check.py (the soak's checker, next to this file): each invariant it checks can fail on
+a synthetic log, and a clean log passes. Run: python3 tests/soak/test_check.py (or python3 -m
+unittest tests/soak/test_check.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import unittest
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import soak_check  # noqa: E402
+import check as soak_check  # noqa: E402
 
 T = 1_796_000_000_000_000  # a base time, in microseconds
 

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Chaos soak: W workers loop lockrun on ONE name while a chaos loop injects faults; a checker
-(bench/soak_check.py) then proves the invariants on the log.
+(check.py, next to this script) then proves the invariants on the log.
 
 Per backend (file, redis, etcd, postgres; the servers are started by this script on free
-loopback ports in a temporary directory, as the benchmarks do):
+loopback ports in a temporary directory, as the benchmarks in bench/ do):
 
   * W workers (default 6) each loop `lockrun --backend URL --name soak --ttl T -- SECTION`.
   * SECTION is a small bash script (one process, plus one `sleep`): it records its pid, process
@@ -28,10 +28,10 @@ loopback ports in a temporary directory, as the benchmarks do):
 
 Run (Python 3.11 standard library only, Linux only; bash, redis-server, etcd, PostgreSQL):
 
-    python3 bench/soak.py                          # all backends, 60 s each, cargo build --release
-    python3 bench/soak.py --backend redis --seconds 30 --bin target/debug/lockrun
-    python3 bench/soak.py --ci --backend all --bin target/debug/lockrun    # 10 s each, TTL 2s
-    python3 bench/soak_check.py LOGDIR             # re-check a kept log
+    python3 tests/soak/soak.py                     # all backends, 60 s each, cargo build --release
+    python3 tests/soak/soak.py --backend redis --seconds 30 --bin target/debug/lockrun
+    python3 tests/soak/soak.py --ci --backend all --bin target/debug/lockrun   # 10 s each, TTL 2s
+    python3 tests/soak/check.py LOGDIR             # re-check a kept log
 
 The logs are kept (`--logdir DIR`, or a temporary directory that is removed only when the run is
 clean). Exit status: 0 only if the checker found no violation on any backend; 1 otherwise or if
@@ -58,9 +58,13 @@ import time
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import benchlib  # noqa: E402  (the shared harness, next to this script)
-import soak_check  # noqa: E402
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+# The benchmarks' harness (free ports, the scrubbed environment, finding or building lockrun) is
+# shared, not copied: it stays in bench/ with the benchmarks, and the soak imports it from there.
+sys.path.append(str(HERE.parent.parent / "bench"))
+import benchlib  # noqa: E402
+import check as soak_check  # noqa: E402
 from benchlib import Broken  # noqa: E402
 
 BACKENDS = ["file", "redis", "etcd", "postgres"]
@@ -800,7 +804,7 @@ def main() -> int:
     if total == 0 and not broken and not args.logdir:
         shutil.rmtree(root, ignore_errors=True)
     elif not args.logdir:
-        print(f"soak: logs kept in {root} (python3 bench/soak_check.py {root})")
+        print(f"soak: logs kept in {root} (python3 tests/soak/check.py {root})")
     return 1 if total or broken else 0
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Checker for the lockrun chaos soak (bench/soak.py): proves the invariants on a saved log.
+"""Checker for the lockrun chaos soak (soak.py, next to it): proves the invariants on a saved log.
 
-    python3 bench/soak_check.py LOGDIR      # LOGDIR: one backend's log dir, or a dir of them
+    python3 tests/soak/check.py LOGDIR      # LOGDIR: one backend's log dir, or a dir of them
 
 Exit status 0 only if no check found a violation (1 otherwise, 2 if the log is unusable).
 
@@ -322,18 +322,18 @@ def logdirs(root: Path) -> list[Path]:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        print("usage: soak_check.py LOGDIR", file=sys.stderr)
+        print("usage: check.py LOGDIR", file=sys.stderr)
         return 2
     dirs = logdirs(Path(argv[0]))
     if not dirs:
-        print(f"soak_check: no soak log under {argv[0]}", file=sys.stderr)
+        print(f"soak check: no soak log under {argv[0]}", file=sys.stderr)
         return 2
     total = 0
     for d in dirs:
         rep = check_dir(d)
         rep.print()
         total += rep.total_violations
-    print(f"soak_check: {total} violation(s)")
+    print(f"soak check: {total} violation(s)")
     return 0 if total == 0 else 1
 
 
