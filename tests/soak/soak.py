@@ -416,6 +416,17 @@ def group_survivors(pgid: int | None, marker: str) -> list[dict]:
     return found
 
 
+def wait_stopped(pid: int, timeout: float = 1.0) -> None:
+    """Until the kernel has stopped pid (SIGSTOP is delivered asynchronously), it is gone or
+    exiting, or the timeout."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        stat = proc_stat(str(pid))
+        if stat is None or stat[2] in ("T", "t", "Z", "X"):
+            return
+        time.sleep(0.001)
+
+
 def children_of(pid: int) -> list[int]:
     kids: list[int] = []
     for path in glob.glob(f"/proc/{pid}/task/*/children"):
@@ -458,10 +469,10 @@ class Soak:
 
     # -- logging ---------------------------------------------------------------------------------
 
-    def fault(self, kind: str, **info) -> None:
+    def fault(self, kind: str, t: int | None = None, **info) -> None:
         with self.lock:
             self.fault_count[kind] += 1
-            self.faults.write(json.dumps({"t": now_us(), "kind": kind, **info}) + "\n")
+            self.faults.write(json.dumps({"t": t or now_us(), "kind": kind, **info}) + "\n")
             self.faults.flush()
 
     # -- workers ---------------------------------------------------------------------------------
@@ -541,6 +552,18 @@ class Soak:
                     return run, pid, kids
         run, pid = cands[0]
         return run, pid, children_of(pid)
+
+    def holds(self, pid: int) -> bool | str:
+        """Whether lockrun `pid` holds the lease, as `lockrun status` sees it ("unknown" when
+        the backend cannot say)."""
+        try:
+            out = subprocess.run(
+                [self.binary, "status", NAME, "--backend", self.backend.url(), "--json"],
+                env=self.env, capture_output=True, text=True, timeout=2)
+            holders = json.loads(out.stdout)["holders"] if out.returncode == 0 else None
+            return any(h["pid"] == pid for h in holders) if holders is not None else "unknown"
+        except (subprocess.TimeoutExpired, ValueError, KeyError, TypeError):
+            return "unknown"
 
     def sleep(self, seconds: float) -> None:
         time.sleep(seconds)
@@ -632,9 +655,7 @@ class Soak:
                 if all(p != pid for _, p in self.running.values()):
                     return  # exited meanwhile
                 self.paused.add(pid)
-                self.faults.write(json.dumps({"t": now_us(), "kind": kind, "run": run,
-                                              "pid": pid, "seconds": round(pause, 3)}) + "\n")
-                self.fault_count[kind] += 1
+                stopped_at = now_us()
                 os.kill(pid, signal.SIGSTOP)
                 if kind == "pause-holder":
                     self.paused_groups[pid] = kids
@@ -643,11 +664,18 @@ class Soak:
                             os.killpg(kid, signal.SIGSTOP)
                         except ProcessLookupError:
                             pass
-            self.faults.flush()
+            # Holder or waiter? The checker excuses a paused holder only (from this moment on).
+            # A stopped lockrun cannot start its command: a child now means it held the lease.
+            wait_stopped(pid)
+            holder: bool | str = bool(children_of(pid))
             t = threading.Thread(target=self.resume, args=(kind, pid, kids, pause, head_start),
                                  daemon=True)
             self.resumers.append(t)
             t.start()
+            if not holder:  # it may have taken the lease and been stopped before the spawn
+                holder = self.holds(pid)
+            self.fault(kind, t=stopped_at, run=run, pid=pid, seconds=round(pause, 3),
+                       holder=holder)
         elif kind == "server-pause":
             pause = self.rng.uniform(0.3, 2 * ttl)
             self.fault(kind, seconds=round(pause, 3))

@@ -74,8 +74,11 @@ class Log:
                           "exit": end + 2000, "status": status, "pgid": pgid,
                           "leftover": leftover or []})
 
-    def fault(self, kind: str, run: str | None = None, t: int = T) -> None:
-        self.faults.append({"t": t, "kind": kind, **({"run": run} if run else {})})
+    def fault(self, kind: str, run: str | None, t: int, holder: bool | str | None = None
+              ) -> None:
+        """A fault at time t; for a pause, `holder` says whether the lockrun held its lease."""
+        self.faults.append({"t": t, "kind": kind, **({"run": run} if run else {}),
+                            **({"holder": holder} if holder is not None else {})})
 
     def write(self, d: Path) -> Path:
         (d / "meta.json").write_text(json.dumps({"backend": "synthetic", "ttl_ms": 1000}))
@@ -122,13 +125,13 @@ class SoakCheckTest(unittest.TestCase):
         log.section("w0.1", token=10, start=T)
         log.section("w1.1", token=11, start=T + 100_000, length=400_000, complete=False,
                     status=76)
-        log.fault("pause-holder", "w1.1")
+        log.fault("pause-holder", "w1.1", t=T + 150_000, holder=True)  # after its read
         log.section("w2.1", token=12, start=T + 300_000)
         log.op("W", "w1.1", 11, T + 450_000, new=99)  # the stale write: rejected
         log.sections.append(f"E w1.1 11 {stamp(T + 100_000)} {stamp(T + 460_000)} 1 99 REJ")
         log.section("w3.1", token=13, start=T + 600_000, status=137,
                     leftover=[{"pid": 5, "comm": "sleep", "state": "S", "child": False}])
-        log.fault("kill-lockrun", "w3.1")
+        log.fault("kill-lockrun", "w3.1", t=T + 610_000)
         rep = self.check(log)
         self.assertEqual(rep.total_violations, 0, dict(rep.violations))
         self.assertIn("1 (reads 0, writes 1)", rep.counts["stale ops rejected by the store"])
@@ -154,13 +157,35 @@ class SoakCheckTest(unittest.TestCase):
         self.assertViolation(rep, "token-reused")
         self.assertViolation(rep, "token-not-rising")
 
-    def test_token_drop_is_allowed_across_a_stopped_run_only(self) -> None:
+    def test_token_drop_is_allowed_for_a_run_paused_as_holder_before(self) -> None:
+        # w1.1 took token 19 and started its command, and was paused (lockrun and command)
+        # before the command's first action; its lease ran out, w0.1 took token 20, and w1.1's
+        # command woke up later: its section starts after w0.1's with a lower token.
+        log = Log()
+        log.fault("pause-holder", "w1.1", t=T - 50_000, holder=True)
+        log.section("w0.1", token=20, start=T)
+        log.section("w1.1", token=19, start=T + 100_000, complete=False, status=76)
+        log.section("w2.1", token=21, start=T + 200_000)
+        rep = self.check(log)
+        self.assertEqual(rep.total_violations, 0, dict(rep.violations))
+
+    def test_token_drop_on_a_run_paused_later(self) -> None:
+        # The same drop, but w1.1 was paused only after both sections started: the pause
+        # cannot explain it.
         log = Log()
         log.section("w0.1", token=20, start=T)
         log.section("w1.1", token=19, start=T + 100_000, complete=False, status=76)
-        log.fault("stop-lockrun", "w1.1")
+        log.fault("pause-holder", "w1.1", t=T + 150_000, holder=True)
         log.section("w2.1", token=21, start=T + 200_000)
-        self.assertEqual(self.check(log).total_violations, 0)
+        self.assertViolation(self.check(log), "token-not-rising")
+
+    def test_token_drop_on_a_run_paused_while_waiting(self) -> None:
+        # A lockrun paused before it held the lease must not start its command on a stale one.
+        log = Log()
+        log.fault("stop-lockrun", "w1.1", t=T - 50_000, holder=False)
+        log.section("w0.1", token=20, start=T)
+        log.section("w1.1", token=19, start=T + 100_000, complete=False, status=76)
+        self.assertViolation(self.check(log), "token-not-rising")
 
     # (c) overlapping sections of never-stopped runs
     def test_overlap(self) -> None:
@@ -173,10 +198,31 @@ class SoakCheckTest(unittest.TestCase):
     def test_overlap_with_a_stopped_run_is_allowed(self) -> None:
         log = Log()
         log.section("w0.1", token=10, start=T, length=100_000)
+        log.fault("stop-lockrun", "w0.1", t=T + 20_000, holder=True)
         log.section("w1.1", token=11, start=T + 50_000, length=100_000)
-        log.fault("stop-lockrun", "w0.1")
         rep = self.check(log)
         self.assertNotIn("overlap", rep.violations)
+
+    def test_overlap_before_a_pause(self) -> None:
+        # w1.1 ran beside w0.1 at T+1 s; w0.1 was paused only at T+5 s: not an excuse.
+        log = Log()
+        log.section("w0.1", token=10, start=T, length=6_000_000, complete=False)
+        log.section("w1.1", token=11, start=T + 1_000_000, length=100_000)
+        log.fault("pause-holder", "w0.1", t=T + 5_000_000, holder=True)
+        log.sections.append(f"K w0.1 10 {stamp(T + 6_000_000)}")
+        self.assertViolation(self.check(log), "overlap")
+
+    def test_waiter_paused_then_running_beside_the_holder(self) -> None:
+        # w1.1 was paused while it waited (holder false), then resumed, took the lease and ran
+        # while w0.1 still held it.
+        log = Log()
+        log.section("w0.1", token=10, start=T, length=3_000_000)
+        log.fault("stop-lockrun", "w1.1", t=T + 500_000, holder=False)
+        log.section("w1.1", token=11, start=T + 2_000_000, length=50_000)
+        self.assertViolation(self.check(log), "overlap")
+        # The same log, had the pause found w1.1 holding: then it is the paused holder's case.
+        log.faults[0]["holder"] = True
+        self.assertNotIn("overlap", self.check(log).violations)
 
     def test_overlap_of_an_unfinished_section(self) -> None:
         # A section killed after its read: its read reply is its last recorded action.
@@ -227,7 +273,7 @@ class SoakCheckTest(unittest.TestCase):
         log = clean_log()
         log.section("w0.9", token=30, start=T + 900_000, status=137, pid=4242,
                     leftover=[{"pid": 4242, "comm": "bash", "state": "S", "child": True}])
-        log.fault("kill-lockrun", "w0.9")
+        log.fault("kill-lockrun", "w0.9", t=T + 910_000)
         self.assertViolation(self.check(log), "leftover-process")
 
     def test_child_not_in_its_own_group(self) -> None:
