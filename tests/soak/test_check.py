@@ -35,6 +35,7 @@ class Log:
         self.value = 0
         self.max: int | None = None
         self.final: dict | None = None
+        self.final_written = True  # False: the soak died before writing store.final.json
 
     def op(self, op: str, run: str, token: int, t: int, new: int | None = None,
            force: bool | None = None) -> bool:
@@ -87,7 +88,8 @@ class Log:
                            ("store", self.store)):
             (d / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         final = self.final if self.final is not None else {"value": self.value, "max": self.max}
-        (d / "store.final.json").write_text(json.dumps(final))
+        if self.final_written:
+            (d / "store.final.json").write_text(json.dumps(final))
         return d
 
 
@@ -261,6 +263,23 @@ class SoakCheckTest(unittest.TestCase):
         log.sections.append(f"S w7.1 777 777 40 {stamp(T + 2_000_000)}")
         log.sections.append(f"E w7.1 40 {stamp(T + 2_000_000)} {stamp(T + 2_010_000)} 5 6 OK")
         self.assertViolation(self.check(log), "lost-update")
+
+    def test_store_rejected_a_token_that_was_not_stale(self) -> None:
+        # A store that rejects a current token would hide lost updates behind "stale" writes.
+        log = clean_log()
+        log.op("R", "w0.9", log.max + 1, T + 900_000, force=False)
+        self.assertViolation(self.check(log), "store-bad-reject")
+        log = clean_log()
+        log.op("W", "w0.9", log.max, T + 900_000, new=log.value + 1, force=False)  # == max
+        self.assertViolation(self.check(log), "store-bad-reject")
+
+    def test_missing_final_state(self) -> None:
+        # Without store.final.json the final counter cannot be compared: not a pass.
+        log = clean_log()
+        log.final_written = False
+        rep = self.check(log)
+        self.assertEqual(set(rep.violations), {"lost-update"}, dict(rep.violations))
+        self.assertIn("store.final.json is missing", rep.violations["lost-update"][0])
 
     # (e) a leftover process
     def test_leftover_process(self) -> None:
