@@ -7,7 +7,8 @@ Exit status 0 only if no check found a violation (1 otherwise, 2 if the log is u
 
 The log directory of one backend holds (all times are CLOCK_REALTIME microseconds on one host):
 
-  meta.json          {"backend": ..., "url": ..., "ttl_ms": granted TTL, "workers": W, ...}
+  meta.json          {"backend": ..., "url": ..., "ttl_ms": granted TTL, "workers": W,
+                      "fault_kinds": the kinds the chaos loop was configured to inject, ...}
   sections.*.log     written by the critical sections themselves (one file per worker), lines
                        S RUN PID PGID TOKEN T0             first action: who am I, my token
                        R RUN TOKEN T STATUS VALUE          after the fenced read's reply
@@ -55,6 +56,9 @@ The invariants (each breach is counted as a violation, by kind):
                      own; or the child itself outlived a SIGKILLed lockrun (PDEATHSIG)
   not-own-group      the child was not the leader of its own process group
   nothing-ran        no critical section completed (the soak proved nothing)
+  fault-not-injected a fault kind configured for this backend (meta.json "fault_kinds") was
+                     never injected, or the log does not say which kinds were configured: a
+                     chaos loop that did nothing proves nothing either
 """
 
 from __future__ import annotations
@@ -339,6 +343,18 @@ def check_dir(logdir: Path) -> Report:
                     .append(text)
             else:
                 rep.violate("leftover-process", text)
+
+    # ---- the chaos loop did its job ------------------------------------------------------------
+    configured = meta.get("fault_kinds")
+    if not isinstance(configured, list) or not configured:
+        rep.violate("fault-not-injected",
+                    f"meta.json names no fault kinds ({configured!r}): cannot tell whether the "
+                    f"chaos loop injected anything")
+    else:
+        for kind in configured:
+            if rep.faults[kind] == 0:
+                rep.violate("fault-not-injected",
+                            f"no {kind} fault was injected (configured: {', '.join(configured)})")
 
     completed = sum(1 for s in sections.values() if s.ended)
     if completed == 0:

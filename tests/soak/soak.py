@@ -22,7 +22,9 @@ loopback ports in a temporary directory, as the benchmarks in bench/ do):
     (pause-holder: the stale holder races to write with its old token); on networked backends
     SIGKILLs and restarts the server (server-restart; Redis runs with an append-only file
     flushed on every write, as a Redis holding locks should) or SIGSTOPs it for a while (server-pause: every connection
-    blackholed, open but silent; there is no separate TCP proxy). Faults are logged by kind.
+    blackholed, open but silent; there is no separate TCP proxy). Faults are logged by kind. The
+    loop starts with one fault of each kind (FAULTS), so that a short run injects every kind:
+    the checker fails a soak in which a configured kind never fired.
   * After every lockrun exits, its worker checks /proc for processes of the child's group that are
     still alive (and not dying).
 
@@ -55,7 +57,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -74,6 +76,20 @@ CI_TTL = "2s"  # --ci: more slack for a loaded CI machine (a lockrun starved pas
                # while its child runs would be a real overlap, but not what CI should test)
 BASH = shutil.which("bash") or "/bin/bash"
 MAX_PAUSED = 2  # stop-lockrun / pause-holder faults in progress at once
+# The chaos loop's faults and their weights in its random mix. The checker fails a backend's soak
+# unless every kind configured for it was injected, so the loop begins with each kind once, in
+# this order (the one that needs a holder first, the longest, a server pause, last), at a quicker
+# pace: a 10 s CI run gets all of them. Then it draws from the weighted mix for the rest of the run.
+FAULTS = [("pause-holder", 3), ("stop-lockrun", 3), ("kill-lockrun", 4), ("server-restart", 1),
+          ("server-pause", 2)]
+SERVER_FAULTS = {"server-restart", "server-pause"}  # networked backends only
+FIRST_ROUND_GAP = (0.1, 0.4)  # seconds between faults while some kind has not fired yet
+GAP = (0.2, 1.0)  # seconds between faults afterwards
+
+
+def fault_mix(networked: bool) -> list[tuple[str, int]]:
+    """The fault kinds (with weights) for a backend: no server faults without a server."""
+    return [(kind, weight) for kind, weight in FAULTS if networked or kind not in SERVER_FAULTS]
 CI_SECONDS = 10  # per backend with --ci (4 backends: 40 s of soak, plus start-up and drain)
 
 SECTION = r"""# lockrun soak critical section (bash). Args: RUN LOG STORE_PORT WORK_SECONDS
@@ -466,6 +482,7 @@ class Soak:
         self.ttl_ms = 0
         self.errors: list[str] = []
         self.resumers: list[threading.Thread] = []
+        self.fault_mix = fault_mix(backend.networked)
 
     # -- logging ---------------------------------------------------------------------------------
 
@@ -606,45 +623,53 @@ class Soak:
 
     def chaos(self) -> None:
         ttl = self.ttl_ms / 1000
-        kinds = ["kill-lockrun", "stop-lockrun", "pause-holder"]
-        weights = [4, 3, 3]
-        if self.backend.networked:
-            kinds += ["server-pause", "server-restart"]
-            weights += [2, 1]
-        while not self.stop.wait(self.rng.uniform(0.2, 1.0)):
-            kind = self.rng.choices(kinds, weights)[0]
+        kinds = [kind for kind, _ in self.fault_mix]
+        weights = [weight for _, weight in self.fault_mix]
+        due = deque(kinds)  # the first round: each kind once (see FAULTS)
+        while not self.stop.wait(self.rng.uniform(*(FIRST_ROUND_GAP if due else GAP))):
+            first_round = bool(due)
+            kind = due.popleft() if first_round else self.rng.choices(kinds, weights)[0]
             try:
-                self.inject(kind, ttl)
+                done = self.inject(kind, ttl, patient=first_round)
             except Exception as e:  # Broken (a server that did not come back), or a bug
                 self.errors.append(f"chaos {kind}: {e}")
                 self.stop.set()
+                break
+            if done in due:
+                due.remove(done)
+            if first_round and done != kind:
+                due.append(kind)  # it found nothing to hit: try it again after the others
         for t in self.resumers:  # every pause is undone before the chaos loop returns
             t.join()
 
-    def inject(self, kind: str, ttl: float) -> None:
+    def inject(self, kind: str, ttl: float, patient: bool = False) -> str | None:
+        """Injects a fault of `kind` and returns the kind injected (a pause-holder that finds no
+        holder becomes a stop-lockrun), or None when there was nothing to hit. `patient`: wait
+        up to a TTL, not half a second, for a holder to pause."""
         if kind == "kill-lockrun":
             with self.lock:  # under the lock: the pid cannot be reaped meanwhile
                 cands = [(r, p) for r, p in self.running.values() if p not in self.paused]
                 if not cands:
-                    return
+                    return None
                 run, pid = self.rng.choice(cands)
                 self.faults.write(json.dumps({"t": now_us(), "kind": kind, "run": run,
                                               "pid": pid}) + "\n")
                 self.fault_count[kind] += 1
                 os.kill(pid, signal.SIGKILL)
+            return kind
         elif kind in ("stop-lockrun", "pause-holder"):
             with self.lock:
                 if len(self.paused) >= MAX_PAUSED:
-                    return
+                    return None
             target = self.pick(holders_first=True)
             # A holder is between sections only briefly: wait a little for one to pause.
-            deadline = time.monotonic() + 0.5
+            deadline = time.monotonic() + (ttl if patient else 0.5)
             while (kind == "pause-holder" and (target is None or not target[2])
                    and time.monotonic() < deadline and not self.stop.is_set()):
                 time.sleep(0.01)
                 target = self.pick(holders_first=True)
             if target is None:
-                return
+                return None
             run, pid, kids = target
             if kind == "pause-holder" and not kids:
                 kind = "stop-lockrun"
@@ -653,7 +678,7 @@ class Soak:
             head_start = self.rng.uniform(0.005, 0.3)
             with self.lock:
                 if all(p != pid for _, p in self.running.values()):
-                    return  # exited meanwhile
+                    return None  # exited meanwhile
                 self.paused.add(pid)
                 stopped_at = now_us()
                 os.kill(pid, signal.SIGSTOP)
@@ -676,17 +701,21 @@ class Soak:
                 holder = self.holds(pid)
             self.fault(kind, t=stopped_at, run=run, pid=pid, seconds=round(pause, 3),
                        holder=holder)
+            return kind
         elif kind == "server-pause":
             pause = self.rng.uniform(0.3, 2 * ttl)
             self.fault(kind, seconds=round(pause, 3))
             self.backend.signal(signal.SIGSTOP)
             self.sleep(pause)
             self.backend.signal(signal.SIGCONT)
+            return kind
         elif kind == "server-restart":
             self.fault(kind)
             self.backend.stop()
             self.sleep(self.rng.uniform(0.0, 0.5))
             self.backend.start()
+            return kind
+        raise ValueError(f"unknown fault kind {kind}")
 
     # -- the whole run ---------------------------------------------------------------------------
 
@@ -706,7 +735,8 @@ class Soak:
         self.store = FencedStore(self.logdir)
         (self.logdir / "meta.json").write_text(json.dumps({
             "backend": self.backend.kind, "url": self.backend.url(), "ttl_ms": self.ttl_ms,
-            "workers": self.workers, "seconds": self.seconds, "binary": self.binary}) + "\n")
+            "workers": self.workers, "seconds": self.seconds, "binary": self.binary,
+            "fault_kinds": [kind for kind, _ in self.fault_mix]}) + "\n")
         print(f"soak {self.backend.kind}: {self.workers} workers x {self.seconds:g} s on "
               f"{self.backend.url()}, granted TTL {self.ttl_ms} ms, logs in {self.logdir}",
               file=sys.stderr)

@@ -36,6 +36,7 @@ class Log:
         self.max: int | None = None
         self.final: dict | None = None
         self.final_written = True  # False: the soak died before writing store.final.json
+        self.fault_kinds: list[str] | None = ["kill-lockrun"]  # what the chaos was configured with
 
     def op(self, op: str, run: str, token: int, t: int, new: int | None = None,
            force: bool | None = None) -> bool:
@@ -81,8 +82,18 @@ class Log:
         self.faults.append({"t": t, "kind": kind, **({"run": run} if run else {}),
                             **({"holder": holder} if holder is not None else {})})
 
+    def kill_waiter(self, run: str, t: int) -> None:
+        """A kill-lockrun fault that hit a lockrun still waiting (it ran no section)."""
+        self.runs.append({"run": run, "worker": 5, "pid": 9_000 + len(self.runs),
+                          "spawn": t - 5000, "exit": t + 100, "status": 137, "pgid": None,
+                          "leftover": []})
+        self.fault("kill-lockrun", run, t=t)
+
     def write(self, d: Path) -> Path:
-        (d / "meta.json").write_text(json.dumps({"backend": "synthetic", "ttl_ms": 1000}))
+        meta = {"backend": "synthetic", "ttl_ms": 1000}
+        if self.fault_kinds is not None:
+            meta["fault_kinds"] = self.fault_kinds
+        (d / "meta.json").write_text(json.dumps(meta))
         (d / "sections.w0.log").write_text("".join(s + "\n" for s in self.sections))
         for name, rows in (("runs", self.runs), ("faults", self.faults),
                            ("store", self.store)):
@@ -94,10 +105,12 @@ class Log:
 
 
 def clean_log() -> Log:
-    """Five sections, one after another, tokens rising, every write accepted."""
+    """Five sections, one after another, tokens rising, every write accepted; the one fault
+    configured (kill-lockrun) hit a waiter."""
     log = Log()
     for i in range(5):
         log.section(f"w{i % 2}.{i}", token=10 + i, start=T + i * 100_000)
+    log.kill_waiter("w5.1", t=T + 150_000)
     return log
 
 
@@ -117,7 +130,7 @@ class SoakCheckTest(unittest.TestCase):
         rep = self.check(clean_log())
         self.assertEqual(rep.total_violations, 0, dict(rep.violations))
         self.assertEqual(rep.counts["accepted writes"], 5)
-        self.assertEqual(rep.counts["runs"], 5)
+        self.assertEqual(rep.counts["runs"], 6)
 
     def test_clean_log_with_expected_chaos_passes(self) -> None:
         # A paused holder (stopped past its lease) overlaps the next holder and carries a
@@ -134,6 +147,7 @@ class SoakCheckTest(unittest.TestCase):
         log.section("w3.1", token=13, start=T + 600_000, status=137,
                     leftover=[{"pid": 5, "comm": "sleep", "state": "S", "child": False}])
         log.fault("kill-lockrun", "w3.1", t=T + 610_000)
+        log.fault_kinds = ["kill-lockrun", "pause-holder"]
         rep = self.check(log)
         self.assertEqual(rep.total_violations, 0, dict(rep.violations))
         self.assertIn("1 (reads 0, writes 1)", rep.counts["stale ops rejected by the store"])
@@ -168,6 +182,7 @@ class SoakCheckTest(unittest.TestCase):
         log.section("w0.1", token=20, start=T)
         log.section("w1.1", token=19, start=T + 100_000, complete=False, status=76)
         log.section("w2.1", token=21, start=T + 200_000)
+        log.fault_kinds = ["pause-holder"]
         rep = self.check(log)
         self.assertEqual(rep.total_violations, 0, dict(rep.violations))
 
@@ -245,7 +260,9 @@ class SoakCheckTest(unittest.TestCase):
         log.section("w0.1", token=10, start=T, complete=False, status=76)
         log.sections.append(f"K w0.1 10 {stamp(T + 200_000)}")
         log.section("w1.1", token=11, start=T + 300_000)
-        self.assertEqual(self.check(log).total_violations, 0)
+        log.kill_waiter("w2.1", t=T + 100_000)
+        rep = self.check(log)
+        self.assertEqual(rep.total_violations, 0, dict(rep.violations))
 
     # (d) a lost update
     def test_lost_update_in_journal(self) -> None:
@@ -300,6 +317,31 @@ class SoakCheckTest(unittest.TestCase):
         log.section("w0.9", token=30, start=T + 900_000, pid=4242, pgid=4000)
         self.assertViolation(self.check(log), "not-own-group")
 
+    def test_configured_fault_kind_never_injected(self) -> None:
+        log = clean_log()
+        log.fault_kinds = ["kill-lockrun", "pause-holder", "server-restart"]
+        rep = self.check(log)
+        self.assertEqual(set(rep.violations), {"fault-not-injected"}, dict(rep.violations))
+        self.assertEqual(len(rep.violations["fault-not-injected"]), 2)
+        self.assertIn("no pause-holder fault", rep.violations["fault-not-injected"][0])
+        self.assertIn("no server-restart fault", rep.violations["fault-not-injected"][1])
+        # A backend without a server is configured without server faults: then it passes.
+        log.fault("pause-holder", "w0.4", t=T + 420_000, holder=True)
+        log.fault_kinds = ["kill-lockrun", "pause-holder"]
+        rep = self.check(log)
+        self.assertEqual(rep.total_violations, 0, dict(rep.violations))
+
+    def test_chaos_that_did_nothing(self) -> None:
+        log = clean_log()
+        log.faults.clear()
+        self.assertViolation(self.check(log), "fault-not-injected")
+
+    def test_unknown_chaos_configuration(self) -> None:
+        for kinds in (None, []):
+            log = clean_log()
+            log.fault_kinds = kinds
+            self.assertViolation(self.check(log), "fault-not-injected")
+
     def test_empty_soak_is_not_a_pass(self) -> None:
         log = Log()
         log.runs.append({"run": "w0.1", "worker": 0, "pid": 1, "spawn": T, "exit": T + 1,
@@ -327,6 +369,55 @@ class SoakCheckTest(unittest.TestCase):
             finally:
                 sys.stdout = saved
             self.assertIn("VIOLATION lost-update", out.getvalue())
+
+
+class ChaosScheduleTest(unittest.TestCase):
+    """The soak's chaos loop: every kind configured for a backend fires in its first round,
+    a kind that found nothing to hit is tried again, and then the weighted mix takes over."""
+
+    def test_first_round_covers_every_kind(self) -> None:
+        import random
+        import threading
+
+        import soak
+        self.assertEqual([k for k, _ in soak.fault_mix(networked=False)],
+                         ["pause-holder", "stop-lockrun", "kill-lockrun"])
+        self.assertEqual({k for k, _ in soak.fault_mix(networked=True)},
+                         {"pause-holder", "stop-lockrun", "kill-lockrun", "server-restart",
+                          "server-pause"})
+        chaos = object.__new__(soak.Soak)  # only what chaos() uses
+        chaos.fault_mix = soak.fault_mix(networked=True)
+        chaos.ttl_ms = 2000
+        chaos.rng = random.Random(7)
+        chaos.stop = threading.Event()
+        chaos.resumers = []
+        chaos.errors = []
+        tried: list[tuple[str, bool]] = []
+
+        def inject(kind: str, ttl: float, patient: bool = False) -> str | None:
+            tried.append((kind, patient))
+            if len(tried) == 40:
+                chaos.stop.set()
+            if kind == "pause-holder" and len(tried) == 1:
+                return "stop-lockrun"  # no holder yet: it paused a waiter instead
+            if kind == "kill-lockrun" and len(tried) == 2:
+                return None  # nothing running
+            return kind
+
+        chaos.inject = inject
+        saved = soak.FIRST_ROUND_GAP, soak.GAP
+        soak.FIRST_ROUND_GAP = soak.GAP = (0.0, 0.0)
+        try:
+            chaos.chaos()
+        finally:
+            soak.FIRST_ROUND_GAP, soak.GAP = saved
+        first = [kind for kind, patient in tried if patient]
+        self.assertEqual(first, ["pause-holder", "kill-lockrun", "server-restart",
+                                 "server-pause", "pause-holder", "kill-lockrun"])
+        self.assertTrue(all(patient for _, patient in tried[:len(first)]))
+        rest = [kind for kind, _ in tried[len(first):]]
+        self.assertEqual(len(rest), 40 - len(first))
+        self.assertGreater(len(set(rest)), 1)  # the random mix, not a fixed kind
 
 
 class GroupProbeTest(unittest.TestCase):
