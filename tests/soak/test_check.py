@@ -53,21 +53,23 @@ class Log:
 
     def section(self, run: str, token: int, start: int, length: int = 30_000,
                 pid: int | None = None, pgid: int | None = None, status: int = 0,
-                write: int | None = None, accept: bool | None = None,
-                leftover: list[dict] | None = None, complete: bool = True) -> None:
-        """One lockrun run with its critical section: S, fenced read, fenced write, E."""
+                write: int | None = None, leftover: list[dict] | None = None,
+                read: bool = True, complete: bool = True) -> None:
+        """One lockrun run with its critical section: S, fenced read, fenced write, E (with
+        read=False it was killed before its read: S only; with complete=False, after it)."""
         pid = pid or 10_000 + len(self.runs) * 10
         pgid = pgid or pid
         end = start + length
         self.sections.append(f"S {run} {pid} {pgid} {token} {stamp(start)}")
-        read_ok = self.op("R", run, token, start + 1000)
+        read_ok = read and self.op("R", run, token, start + 1000)
         vread = self.value
-        self.sections.append(f"R {run} {token} {stamp(start + 1000)} "
-                             f"{'OK' if read_ok else 'REJ'} {vread}")
-        if complete:
+        if read:
+            self.sections.append(f"R {run} {token} {stamp(start + 1000)} "
+                                 f"{'OK' if read_ok else 'REJ'} {vread}")
+        if read and complete:
             if read_ok:
                 new = vread + 1 if write is None else write
-                ok = self.op("W", run, token, end - 1000, new, force=accept)
+                ok = self.op("W", run, token, end - 1000, new)
                 self.sections.append(f"E {run} {token} {stamp(start)} {stamp(end)} {vread} "
                                      f"{new} {'OK' if ok else 'REJ'}")
             else:
@@ -160,10 +162,25 @@ class SoakCheckTest(unittest.TestCase):
 
     # (b) a token that did not rise
     def test_token_did_not_rise(self) -> None:
+        # Token 20, then 19 (as from a backend whose counter went back). The section with 20
+        # was killed before it reached the store, so the store accepted 19 and every write:
+        # only the token check itself can see the drop.
+        log = Log()
+        log.section("w0.1", token=20, start=T, read=False, status=137)
+        log.fault("kill-lockrun", "w0.1", t=T + 500)
+        log.section("w1.1", token=19, start=T + 100_000)
+        rep = self.check(log)
+        self.assertEqual(set(rep.violations), {"token-not-rising"}, dict(rep.violations))
+        self.assertEqual(rep.counts["accepted writes"], 1)
+        self.assertIn("0 (reads 0, writes 0)", rep.counts["stale ops rejected by the store"])
+        # The same drop that the store did see (it rejected 19): still a token-not-rising.
         log = Log()
         log.section("w0.1", token=20, start=T)
-        log.section("w1.1", token=19, start=T + 100_000, accept=True)
-        self.assertViolation(self.check(log), "token-not-rising")
+        log.kill_waiter("w3.1", t=T + 50_000)
+        log.section("w1.1", token=19, start=T + 100_000)
+        rep = self.check(log)
+        self.assertEqual(set(rep.violations), {"token-not-rising"}, dict(rep.violations))
+        self.assertIn("1 (reads 1, writes 0)", rep.counts["stale ops rejected by the store"])
 
     def test_token_reused(self) -> None:
         log = Log()
