@@ -191,7 +191,8 @@ def read_sections(logdir: Path, rep: Report) -> dict[str, Section]:
     return {r: s for r, s in sections.items() if s.t0}
 
 
-def pause_windows(faults: list[dict], sections: dict[str, Section], rep: Report) -> dict[str, int]:
+def pause_windows(faults: list[dict], sections: dict[str, Section],
+                  rep: Report) -> dict[str, int]:
     """When each run's pause window opens: the earliest stop-lockrun or pause-holder fault that
     found the run holding its lease. A fault that found it waiting opens nothing."""
     opens: dict[str, int] = {}
@@ -233,7 +234,7 @@ def check_dir(logdir: Path) -> Report:
     for r in runs:
         rep.exits[r.get("status")] += 1
 
-    # ---- tokens: unique, and rising in start order (never-stopped runs) ----------------------
+    # ---- tokens: unique, and rising in start order ----------------------------------------------
     by_token: dict[int, list[str]] = defaultdict(list)
     for s in sections.values():
         by_token[s.token].append(s.run)
@@ -309,12 +310,15 @@ def check_dir(logdir: Path) -> Report:
                             f"acknowledged, but the store's journal has {op}")
 
     # ---- overlap, outside the pause windows --------------------------------------------------
+    def in_window(run: str, t: int) -> bool:
+        return run in paused and t >= paused[run]
+
     active: list[Section] = []  # earlier sections, by start, that last past the current start
     for s in ordered:
         active = [a for a in active if a.last > s.t0]
         for a in active:
             # The overlap of a and s begins at s.t0: excused only inside a pause window.
-            if s.t0 >= paused.get(a.run, s.t0 + 1) or s.t0 >= paused.get(s.run, s.t0 + 1):
+            if in_window(a.run, s.t0) or in_window(s.run, s.t0):
                 rep.info["overlaps inside a pause window (allowed)"].append(
                     f"run {s.run} (token {s.token}) beside run {a.run} (token {a.token})")
                 continue

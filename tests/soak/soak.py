@@ -21,10 +21,12 @@ loopback ports in a temporary directory, as the benchmarks in bench/ do):
     holder like a VM pause, lockrun and its child's whole group, and resumes the child first
     (pause-holder: the stale holder races to write with its old token); on networked backends
     SIGKILLs and restarts the server (server-restart; Redis runs with an append-only file
-    flushed on every write, as a Redis holding locks should) or SIGSTOPs it for a while (server-pause: every connection
-    blackholed, open but silent; there is no separate TCP proxy). Faults are logged by kind. The
-    loop starts with one fault of each kind (FAULTS), so that a short run injects every kind:
-    the checker fails a soak in which a configured kind never fired.
+    flushed on every write, as a Redis holding locks should) or SIGSTOPs it for a while
+    (server-pause: every connection blackholed, open but silent; there is no separate TCP
+    proxy). Faults are logged by kind; a stopped lockrun's fault says whether it held the lease
+    (the checker excuses only a paused holder, and only from the pause on). The loop starts with
+    one fault of each kind (FAULTS), so that a short run injects every kind: the checker fails a
+    soak in which a configured kind never fired.
   * After every lockrun exits, its worker checks /proc for processes of the child's group that are
     still alive (and not dying).
 
