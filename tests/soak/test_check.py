@@ -5,6 +5,7 @@ unittest tests/soak/test_check.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import sys
@@ -366,26 +367,16 @@ class SoakCheckTest(unittest.TestCase):
         self.assertViolation(self.check(log), "nothing-ran")
 
     def test_command_line_exit_status(self) -> None:
-        with tempfile.TemporaryDirectory() as tmp:
-            clean_log().write(Path(tmp))
-            out = io.StringIO()
-            saved, sys.stdout = sys.stdout, out
-            try:
-                self.assertEqual(soak_check.main([tmp]), 0)
-            finally:
-                sys.stdout = saved
-            self.assertIn("violations: 0", out.getvalue())
-        with tempfile.TemporaryDirectory() as tmp:
-            log = clean_log()
-            log.final = {"value": 0, "max": 0}
-            log.write(Path(tmp))
-            out = io.StringIO()
-            saved, sys.stdout = sys.stdout, out
-            try:
-                self.assertEqual(soak_check.main([tmp]), 1)
-            finally:
-                sys.stdout = saved
-            self.assertIn("VIOLATION lost-update", out.getvalue())
+        broken = clean_log()
+        broken.final = {"value": 0, "max": 0}
+        for log, status, text in ((clean_log(), 0, "violations: 0"),
+                                  (broken, 1, "VIOLATION lost-update")):
+            with tempfile.TemporaryDirectory() as tmp:
+                log.write(Path(tmp))
+                out = io.StringIO()
+                with contextlib.redirect_stdout(out):
+                    self.assertEqual(soak_check.main([tmp]), status)
+                self.assertIn(text, out.getvalue())
 
 
 class ChaosScheduleTest(unittest.TestCase):
