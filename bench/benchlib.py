@@ -21,6 +21,9 @@ Python 3.11 standard library only, Linux only. Import it from a script in this f
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import benchlib
+
+The chaos soak (tests/soak/soak.py, a test, not a benchmark) imports it from here too, for free
+ports, the scrubbed environment and finding or building lockrun.
 """
 
 from __future__ import annotations

@@ -31,5 +31,5 @@ fi
 cargo fmt --all -- --check
 cargo clippy --locked --all-targets -- -D warnings
 cargo test --locked --all-targets
-python3 bench/test_soak_check.py
-python3 bench/soak.py --ci --backend all --bin target/debug/lockrun
+python3 tests/soak/test_check.py
+python3 tests/soak/soak.py --ci --backend all --bin target/debug/lockrun

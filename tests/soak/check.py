@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
-"""Checker for the lockrun chaos soak (bench/soak.py): proves the invariants on a saved log.
+"""Checker for the lockrun chaos soak (soak.py, next to it): proves the invariants on a saved log.
 
-    python3 bench/soak_check.py LOGDIR      # LOGDIR: one backend's log dir, or a dir of them
+    python3 tests/soak/check.py LOGDIR      # LOGDIR: one backend's log dir, or a dir of them
 
 Exit status 0 only if no check found a violation (1 otherwise, 2 if the log is unusable).
 
 The log directory of one backend holds (all times are CLOCK_REALTIME microseconds on one host):
 
-  meta.json          {"backend": ..., "url": ..., "ttl_ms": granted TTL, "workers": W, ...}
+  meta.json          {"backend": ..., "url": ..., "ttl_ms": granted TTL, "workers": W,
+                      "fault_kinds": the kinds the chaos loop was configured to inject, ...}
   sections.*.log     written by the critical sections themselves (one file per worker), lines
                        S RUN PID PGID TOKEN T0             first action: who am I, my token
                        R RUN TOKEN T STATUS VALUE          after the fenced read's reply
@@ -21,23 +22,33 @@ The log directory of one backend holds (all times are CLOCK_REALTIME microsecond
                      processes of the child's group still alive, and not dying, the moment the
                      lockrun was reaped)
   faults.jsonl       one object per fault injected: {"t", "kind", "run"?, ...}; kinds
-                     "stop-lockrun" and "pause-holder" mark the run as stopped, "kill-lockrun"
-                     and "shutdown-kill" as SIGKILLed
+                     "stop-lockrun" and "pause-holder" (t: when the lockrun was SIGSTOPped,
+                     "holder": whether it held the lease then: true, false or "unknown") mark
+                     the run as paused from t on; "kill-lockrun" and "shutdown-kill" as SIGKILLed
   store.jsonl        the fenced store's journal, in the store's own order:
                        {"seq", "t", "op": "R"|"W", "run", "token", "ok", "max", "old", "new"}
                      ("max" is the highest token accepted before this op; "old"/"new" the
                      value before/after an accepted write)
   store.final.json   {"value", "max"}: the store's state at the end
 
+A paused holder is the one thing allowed to break exclusion and token order (contract, invariant
+1: that is what fencing tokens are for), and only from the moment it was paused: a run's pause
+window opens at a stop-lockrun or pause-holder fault that found it holding the lease (the fault
+says so, or the run's section had already started) and lasts to the run's end. A lockrun paused
+while it was still waiting gets no window: once resumed, it may only start its command on a
+lease that is still valid (invariant 9).
+
 The invariants (each breach is counted as a violation, by kind):
 
-  token-not-rising   in start order, a section of a never-stopped run carries a token not above
-                     every earlier never-stopped section's token
+  token-not-rising   in start order, a section carries a token not above an earlier section's
+                     token, unless its own run was paused as a holder before that earlier
+                     section started (it took the lease first and its command began late)
   token-reused       two runs got the same token
   store-accepted-lower  the store accepted a token below one it had accepted before
   store-bad-reject   the store rejected a token that was not below its maximum (harness bug)
-  overlap            two sections of never-stopped runs overlapped in time (a section lasts from
-                     its S to its last recorded action)
+  overlap            two sections overlapped in time (a section lasts from its S to its last
+                     recorded action), unless the overlap began inside the pause window of one
+                     of the two runs
   lost-update        an accepted write did not write (value before) + 1, the final counter differs
                      from the number of accepted writes, or a write the section saw acknowledged
                      is not in the store's journal
@@ -45,10 +56,14 @@ The invariants (each breach is counted as a violation, by kind):
                      own; or the child itself outlived a SIGKILLed lockrun (PDEATHSIG)
   not-own-group      the child was not the leader of its own process group
   nothing-ran        no critical section completed (the soak proved nothing)
+  fault-not-injected a fault kind configured for this backend (meta.json "fault_kinds") was
+                     never injected, or the log does not say which kinds were configured: a
+                     chaos loop that did nothing proves nothing either
 """
 
 from __future__ import annotations
 
+import bisect
 import json
 import sys
 from collections import Counter, defaultdict
@@ -176,6 +191,29 @@ def read_sections(logdir: Path, rep: Report) -> dict[str, Section]:
     return {r: s for r, s in sections.items() if s.t0}
 
 
+def pause_windows(faults: list[dict], sections: dict[str, Section],
+                  rep: Report) -> dict[str, int]:
+    """When each run's pause window opens: the earliest stop-lockrun or pause-holder fault that
+    found the run holding its lease. A fault that found it waiting opens nothing."""
+    opens: dict[str, int] = {}
+    for f in faults:
+        run = f.get("run")
+        if f.get("kind") not in STOP_KINDS or not run:
+            continue
+        t = int(f["t"])
+        s = sections.get(run)
+        holder = f.get("holder", False)
+        if holder == "unknown":
+            rep.info["pauses that could not tell holder from waiter (counted as holder)"] \
+                .append(f"run {run} paused at {t}")
+        elif not holder and (s is None or t < s.t0):
+            rep.info["lockruns paused while waiting (no exemption)"].append(
+                f"run {run} paused at {t}")
+            continue
+        opens[run] = min(t, opens.get(run, t))
+    return opens
+
+
 def check_dir(logdir: Path) -> Report:
     logdir = Path(logdir)
     meta = json.loads((logdir / "meta.json").read_text()) if (logdir / "meta.json").exists() \
@@ -189,13 +227,14 @@ def check_dir(logdir: Path) -> Report:
     sections = read_sections(logdir, rep)
 
     stopped = {f["run"] for f in faults if f.get("kind") in STOP_KINDS and f.get("run")}
+    paused = pause_windows(faults, sections, rep)
     killed = {f["run"] for f in faults if f.get("kind") in KILL_KINDS and f.get("run")}
     for f in faults:
         rep.faults[f.get("kind", "?")] += 1
     for r in runs:
         rep.exits[r.get("status")] += 1
 
-    # ---- tokens: unique, and rising in start order (never-stopped runs) ----------------------
+    # ---- tokens: unique, and rising in start order ----------------------------------------------
     by_token: dict[int, list[str]] = defaultdict(list)
     for s in sections.values():
         by_token[s.token].append(s.run)
@@ -203,24 +242,30 @@ def check_dir(logdir: Path) -> Report:
         if len(owners) > 1:
             rep.violate("token-reused", f"token {token} given to runs {sorted(owners)}")
     ordered = sorted(sections.values(), key=lambda s: (s.t0, s.run))
-    best: Section | None = None
+    # A section must carry a token above every section that started before it. The one excuse:
+    # its own run took the lease first and was paused as a holder before the other started.
+    starts = [s.t0 for s in ordered]
+    top: list[Section] = []  # top[i]: the highest-token section among ordered[:i + 1]
     for s in ordered:
-        if s.run in stopped:
+        top.append(s if not top or s.token > top[-1].token else top[-1])
+    for i, s in enumerate(ordered):
+        if i == 0:
             continue
-        if best is not None and s.token <= best.token:
+        best = top[i - 1]
+        if best.token < s.token:
+            continue
+        limit = min(i, bisect.bisect_left(starts, paused[s.run])) if s.run in paused else i
+        rival = top[limit - 1] if limit > 0 else None
+        if rival is not None and rival.token >= s.token:
             rep.violate("token-not-rising",
                         f"run {s.run} started at {s.t0} with token {s.token}, after run "
-                        f"{best.run} (started {best.t0}) had token {best.token}")
-        if best is None or s.token > best.token:
-            best = s
-    # Inversions that involve a stopped run are expected (that is what fencing is for): count.
-    top: Section | None = None
-    for s in ordered:
-        if top is not None and s.token < top.token and (s.run in stopped or top.run in stopped):
-            rep.info["token inversions involving a stopped run (allowed)"].append(
-                f"run {s.run} token {s.token} started after run {top.run} token {top.token}")
-        if top is None or s.token > top.token:
-            top = s
+                        f"{rival.run} (started {rival.t0}) had token {rival.token}"
+                        + (f"; run {s.run} was paused only at {paused[s.run]}"
+                           if s.run in paused else ""))
+        else:
+            rep.info["token drops by a run paused as a holder (allowed)"].append(
+                f"run {s.run} token {s.token} (paused at {paused[s.run]}) started after run "
+                f"{best.run} token {best.token}")
 
     # ---- the fenced store ---------------------------------------------------------------------
     highest: int | None = None
@@ -264,18 +309,27 @@ def check_dir(logdir: Path) -> Report:
                             f"run {s.run} saw its write of {s.vwritten} (token {s.token}) "
                             f"acknowledged, but the store's journal has {op}")
 
-    # ---- overlap of never-stopped sections ---------------------------------------------------
-    live = [s for s in ordered if s.run not in stopped]
-    reach: Section | None = None  # the earlier section that lasts longest
-    for s in live:
-        if reach is not None and s.t0 < reach.last:
+    # ---- overlap, outside the pause windows --------------------------------------------------
+    def in_window(run: str, t: int) -> bool:
+        return run in paused and t >= paused[run]
+
+    active: list[Section] = []  # earlier sections, by start, that last past the current start
+    for s in ordered:
+        active = [a for a in active if a.last > s.t0]
+        for a in active:
+            # The overlap of a and s begins at s.t0: excused only inside a pause window.
+            if in_window(a.run, s.t0) or in_window(s.run, s.t0):
+                rep.info["overlaps inside a pause window (allowed)"].append(
+                    f"run {s.run} (token {s.token}) beside run {a.run} (token {a.token})")
+                continue
+            why = "; ".join(f"run {r} was paused only at {paused[r]}"
+                            for r in (a.run, s.run) if r in paused)
             rep.violate("overlap",
                         f"run {s.run} (token {s.token}) started at {s.t0}, "
-                        f"{(reach.last - s.t0) / 1000:.3f} ms before run {reach.run} "
-                        f"(token {reach.token}, started {reach.t0}) made its last recorded "
-                        f"action at {reach.last}")
-        if reach is None or s.last > reach.last:
-            reach = s
+                        f"{(a.last - s.t0) / 1000:.3f} ms before run {a.run} "
+                        f"(token {a.token}, started {a.t0}) made its last recorded "
+                        f"action at {a.last}" + (f" ({why})" if why else ""))
+        active.append(s)
 
     # ---- process groups -----------------------------------------------------------------------
     for s in sections.values():
@@ -294,13 +348,26 @@ def check_dir(logdir: Path) -> Report:
             else:
                 rep.violate("leftover-process", text)
 
+    # ---- the chaos loop did its job ------------------------------------------------------------
+    configured = meta.get("fault_kinds")
+    if not isinstance(configured, list) or not configured:
+        rep.violate("fault-not-injected",
+                    f"meta.json names no fault kinds ({configured!r}): cannot tell whether the "
+                    f"chaos loop injected anything")
+    else:
+        for kind in configured:
+            if rep.faults[kind] == 0:
+                rep.violate("fault-not-injected",
+                            f"no {kind} fault was injected (configured: {', '.join(configured)})")
+
     completed = sum(1 for s in sections.values() if s.ended)
     if completed == 0:
         rep.violate("nothing-ran", "no critical section completed")
     rep.counts = {
         "runs": len(runs),
         "sections started / completed": f"{len(sections)} / {completed}",
-        "runs stopped (SIGSTOP) / SIGKILLed": f"{len(stopped)} / {len(killed)}",
+        "runs stopped (SIGSTOP; as holders) / SIGKILLed":
+            f"{len(stopped)} ({len(paused)}) / {len(killed)}",
         "sections stopped by TERM": sum(1 for s in sections.values() if s.killed),
         "store ops": len(store),
         "accepted writes": accepted_writes,
@@ -322,18 +389,18 @@ def logdirs(root: Path) -> list[Path]:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        print("usage: soak_check.py LOGDIR", file=sys.stderr)
+        print("usage: check.py LOGDIR", file=sys.stderr)
         return 2
     dirs = logdirs(Path(argv[0]))
     if not dirs:
-        print(f"soak_check: no soak log under {argv[0]}", file=sys.stderr)
+        print(f"soak check: no soak log under {argv[0]}", file=sys.stderr)
         return 2
     total = 0
     for d in dirs:
         rep = check_dir(d)
         rep.print()
         total += rep.total_violations
-    print(f"soak_check: {total} violation(s)")
+    print(f"soak check: {total} violation(s)")
     return 0 if total == 0 else 1
 
 

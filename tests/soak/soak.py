@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Chaos soak: W workers loop lockrun on ONE name while a chaos loop injects faults; a checker
-(bench/soak_check.py) then proves the invariants on the log.
+(check.py, next to this script) then proves the invariants on the log.
 
 Per backend (file, redis, etcd, postgres; the servers are started by this script on free
-loopback ports in a temporary directory, as the benchmarks do):
+loopback ports in a temporary directory, as the benchmarks in bench/ do):
 
   * W workers (default 6) each loop `lockrun --backend URL --name soak --ttl T -- SECTION`.
   * SECTION is a small bash script (one process, plus one `sleep`): it records its pid, process
@@ -21,17 +21,21 @@ loopback ports in a temporary directory, as the benchmarks do):
     holder like a VM pause, lockrun and its child's whole group, and resumes the child first
     (pause-holder: the stale holder races to write with its old token); on networked backends
     SIGKILLs and restarts the server (server-restart; Redis runs with an append-only file
-    flushed on every write, as a Redis holding locks should) or SIGSTOPs it for a while (server-pause: every connection
-    blackholed, open but silent; there is no separate TCP proxy). Faults are logged by kind.
+    flushed on every write, as a Redis holding locks should) or SIGSTOPs it for a while
+    (server-pause: every connection blackholed, open but silent; there is no separate TCP
+    proxy). Faults are logged by kind; a stopped lockrun's fault says whether it held the lease
+    (the checker excuses only a paused holder, and only from the pause on). The loop starts with
+    one fault of each kind (FAULTS), so that a short run injects every kind: the checker fails a
+    soak in which a configured kind never fired.
   * After every lockrun exits, its worker checks /proc for processes of the child's group that are
     still alive (and not dying).
 
 Run (Python 3.11 standard library only, Linux only; bash, redis-server, etcd, PostgreSQL):
 
-    python3 bench/soak.py                          # all backends, 60 s each, cargo build --release
-    python3 bench/soak.py --backend redis --seconds 30 --bin target/debug/lockrun
-    python3 bench/soak.py --ci --backend all --bin target/debug/lockrun    # 10 s each, TTL 2s
-    python3 bench/soak_check.py LOGDIR             # re-check a kept log
+    python3 tests/soak/soak.py                     # all backends, 60 s each, cargo build --release
+    python3 tests/soak/soak.py --backend redis --seconds 30 --bin target/debug/lockrun
+    python3 tests/soak/soak.py --ci --backend all --bin target/debug/lockrun   # 10 s each, TTL 2s
+    python3 tests/soak/check.py LOGDIR             # re-check a kept log
 
 The logs are kept (`--logdir DIR`, or a temporary directory that is removed only when the run is
 clean). Exit status: 0 only if the checker found no violation on any backend; 1 otherwise or if
@@ -55,12 +59,16 @@ import sys
 import tempfile
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import benchlib  # noqa: E402  (the shared harness, next to this script)
-import soak_check  # noqa: E402
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+# The benchmarks' harness (free ports, the scrubbed environment, finding or building lockrun) is
+# shared, not copied: it stays in bench/ with the benchmarks, and the soak imports it from there.
+sys.path.append(str(HERE.parent.parent / "bench"))
+import benchlib  # noqa: E402
+import check as soak_check  # noqa: E402
 from benchlib import Broken  # noqa: E402
 
 BACKENDS = ["file", "redis", "etcd", "postgres"]
@@ -70,6 +78,20 @@ CI_TTL = "2s"  # --ci: more slack for a loaded CI machine (a lockrun starved pas
                # while its child runs would be a real overlap, but not what CI should test)
 BASH = shutil.which("bash") or "/bin/bash"
 MAX_PAUSED = 2  # stop-lockrun / pause-holder faults in progress at once
+# The chaos loop's faults and their weights in its random mix. The checker fails a backend's soak
+# unless every kind configured for it was injected, so the loop begins with each kind once, in
+# this order (the one that needs a holder first, the longest, a server pause, last), at a quicker
+# pace: a 10 s CI run gets all of them. Then it draws from the weighted mix for the rest of the run.
+FAULTS = [("pause-holder", 3), ("stop-lockrun", 3), ("kill-lockrun", 4), ("server-restart", 1),
+          ("server-pause", 2)]
+SERVER_FAULTS = {"server-restart", "server-pause"}  # networked backends only
+FIRST_ROUND_GAP = (0.1, 0.4)  # seconds between faults while some kind has not fired yet
+GAP = (0.2, 1.0)  # seconds between faults afterwards
+
+
+def fault_mix(networked: bool) -> list[tuple[str, int]]:
+    """The fault kinds (with weights) for a backend: no server faults without a server."""
+    return [(kind, weight) for kind, weight in FAULTS if networked or kind not in SERVER_FAULTS]
 CI_SECONDS = 10  # per backend with --ci (4 backends: 40 s of soak, plus start-up and drain)
 
 SECTION = r"""# lockrun soak critical section (bash). Args: RUN LOG STORE_PORT WORK_SECONDS
@@ -412,6 +434,17 @@ def group_survivors(pgid: int | None, marker: str) -> list[dict]:
     return found
 
 
+def wait_stopped(pid: int, timeout: float = 1.0) -> None:
+    """Until the kernel has stopped pid (SIGSTOP is delivered asynchronously), it is gone or
+    exiting, or the timeout."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        stat = proc_stat(str(pid))
+        if stat is None or stat[2] in ("T", "t", "Z", "X"):
+            return
+        time.sleep(0.001)
+
+
 def children_of(pid: int) -> list[int]:
     kids: list[int] = []
     for path in glob.glob(f"/proc/{pid}/task/*/children"):
@@ -451,13 +484,14 @@ class Soak:
         self.ttl_ms = 0
         self.errors: list[str] = []
         self.resumers: list[threading.Thread] = []
+        self.fault_mix = fault_mix(backend.networked)
 
     # -- logging ---------------------------------------------------------------------------------
 
-    def fault(self, kind: str, **info) -> None:
+    def fault(self, kind: str, t: int | None = None, **info) -> None:
         with self.lock:
             self.fault_count[kind] += 1
-            self.faults.write(json.dumps({"t": now_us(), "kind": kind, **info}) + "\n")
+            self.faults.write(json.dumps({"t": t or now_us(), "kind": kind, **info}) + "\n")
             self.faults.flush()
 
     # -- workers ---------------------------------------------------------------------------------
@@ -538,6 +572,18 @@ class Soak:
         run, pid = cands[0]
         return run, pid, children_of(pid)
 
+    def holds(self, pid: int) -> bool | str:
+        """Whether lockrun `pid` holds the lease, as `lockrun status` sees it ("unknown" when
+        the backend cannot say)."""
+        try:
+            out = subprocess.run(
+                [self.binary, "status", NAME, "--backend", self.backend.url(), "--json"],
+                env=self.env, capture_output=True, text=True, timeout=2)
+            holders = json.loads(out.stdout)["holders"] if out.returncode == 0 else None
+            return any(h["pid"] == pid for h in holders) if holders is not None else "unknown"
+        except (subprocess.TimeoutExpired, ValueError, KeyError, TypeError):
+            return "unknown"
+
     def sleep(self, seconds: float) -> None:
         time.sleep(seconds)
 
@@ -579,45 +625,53 @@ class Soak:
 
     def chaos(self) -> None:
         ttl = self.ttl_ms / 1000
-        kinds = ["kill-lockrun", "stop-lockrun", "pause-holder"]
-        weights = [4, 3, 3]
-        if self.backend.networked:
-            kinds += ["server-pause", "server-restart"]
-            weights += [2, 1]
-        while not self.stop.wait(self.rng.uniform(0.2, 1.0)):
-            kind = self.rng.choices(kinds, weights)[0]
+        kinds = [kind for kind, _ in self.fault_mix]
+        weights = [weight for _, weight in self.fault_mix]
+        due = deque(kinds)  # the first round: each kind once (see FAULTS)
+        while not self.stop.wait(self.rng.uniform(*(FIRST_ROUND_GAP if due else GAP))):
+            first_round = bool(due)
+            kind = due.popleft() if first_round else self.rng.choices(kinds, weights)[0]
             try:
-                self.inject(kind, ttl)
+                done = self.inject(kind, ttl, patient=first_round)
             except Exception as e:  # Broken (a server that did not come back), or a bug
                 self.errors.append(f"chaos {kind}: {e}")
                 self.stop.set()
+                break
+            if done in due:
+                due.remove(done)
+            if first_round and done != kind:
+                due.append(kind)  # it found nothing to hit: try it again after the others
         for t in self.resumers:  # every pause is undone before the chaos loop returns
             t.join()
 
-    def inject(self, kind: str, ttl: float) -> None:
+    def inject(self, kind: str, ttl: float, patient: bool = False) -> str | None:
+        """Injects a fault of `kind` and returns the kind injected (a pause-holder that finds no
+        holder becomes a stop-lockrun), or None when there was nothing to hit. `patient`: wait
+        up to a TTL, not half a second, for a holder to pause."""
         if kind == "kill-lockrun":
             with self.lock:  # under the lock: the pid cannot be reaped meanwhile
                 cands = [(r, p) for r, p in self.running.values() if p not in self.paused]
                 if not cands:
-                    return
+                    return None
                 run, pid = self.rng.choice(cands)
                 self.faults.write(json.dumps({"t": now_us(), "kind": kind, "run": run,
                                               "pid": pid}) + "\n")
                 self.fault_count[kind] += 1
                 os.kill(pid, signal.SIGKILL)
+            return kind
         elif kind in ("stop-lockrun", "pause-holder"):
             with self.lock:
                 if len(self.paused) >= MAX_PAUSED:
-                    return
+                    return None
             target = self.pick(holders_first=True)
             # A holder is between sections only briefly: wait a little for one to pause.
-            deadline = time.monotonic() + 0.5
+            deadline = time.monotonic() + (ttl if patient else 0.5)
             while (kind == "pause-holder" and (target is None or not target[2])
                    and time.monotonic() < deadline and not self.stop.is_set()):
                 time.sleep(0.01)
                 target = self.pick(holders_first=True)
             if target is None:
-                return
+                return None
             run, pid, kids = target
             if kind == "pause-holder" and not kids:
                 kind = "stop-lockrun"
@@ -626,11 +680,9 @@ class Soak:
             head_start = self.rng.uniform(0.005, 0.3)
             with self.lock:
                 if all(p != pid for _, p in self.running.values()):
-                    return  # exited meanwhile
+                    return None  # exited meanwhile
                 self.paused.add(pid)
-                self.faults.write(json.dumps({"t": now_us(), "kind": kind, "run": run,
-                                              "pid": pid, "seconds": round(pause, 3)}) + "\n")
-                self.fault_count[kind] += 1
+                stopped_at = now_us()
                 os.kill(pid, signal.SIGSTOP)
                 if kind == "pause-holder":
                     self.paused_groups[pid] = kids
@@ -639,22 +691,33 @@ class Soak:
                             os.killpg(kid, signal.SIGSTOP)
                         except ProcessLookupError:
                             pass
-            self.faults.flush()
+            # Holder or waiter? The checker excuses a paused holder only (from this moment on).
+            # A stopped lockrun cannot start its command: a child now means it held the lease.
+            wait_stopped(pid)
+            holder: bool | str = bool(children_of(pid))
             t = threading.Thread(target=self.resume, args=(kind, pid, kids, pause, head_start),
                                  daemon=True)
             self.resumers.append(t)
             t.start()
+            if not holder:  # it may have taken the lease and been stopped before the spawn
+                holder = self.holds(pid)
+            self.fault(kind, t=stopped_at, run=run, pid=pid, seconds=round(pause, 3),
+                       holder=holder)
+            return kind
         elif kind == "server-pause":
             pause = self.rng.uniform(0.3, 2 * ttl)
             self.fault(kind, seconds=round(pause, 3))
             self.backend.signal(signal.SIGSTOP)
             self.sleep(pause)
             self.backend.signal(signal.SIGCONT)
+            return kind
         elif kind == "server-restart":
             self.fault(kind)
             self.backend.stop()
             self.sleep(self.rng.uniform(0.0, 0.5))
             self.backend.start()
+            return kind
+        raise ValueError(f"unknown fault kind {kind}")
 
     # -- the whole run ---------------------------------------------------------------------------
 
@@ -674,7 +737,8 @@ class Soak:
         self.store = FencedStore(self.logdir)
         (self.logdir / "meta.json").write_text(json.dumps({
             "backend": self.backend.kind, "url": self.backend.url(), "ttl_ms": self.ttl_ms,
-            "workers": self.workers, "seconds": self.seconds, "binary": self.binary}) + "\n")
+            "workers": self.workers, "seconds": self.seconds, "binary": self.binary,
+            "fault_kinds": [kind for kind, _ in self.fault_mix]}) + "\n")
         print(f"soak {self.backend.kind}: {self.workers} workers x {self.seconds:g} s on "
               f"{self.backend.url()}, granted TTL {self.ttl_ms} ms, logs in {self.logdir}",
               file=sys.stderr)
@@ -800,7 +864,7 @@ def main() -> int:
     if total == 0 and not broken and not args.logdir:
         shutil.rmtree(root, ignore_errors=True)
     elif not args.logdir:
-        print(f"soak: logs kept in {root} (python3 bench/soak_check.py {root})")
+        print(f"soak: logs kept in {root} (python3 tests/soak/check.py {root})")
     return 1 if total or broken else 0
 
 
