@@ -19,6 +19,7 @@ use nix::sys::signal::{SigHandler, Signal, killpg, signal};
 use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
 use nix::unistd::{Pid, getpgrp, getpid, getppid, isatty, tcgetpgrp, tcsetpgrp};
 
+use super::watchdog::Watchdog;
 use crate::exit::{self, Error};
 
 /// What to start.
@@ -41,6 +42,8 @@ pub struct Child {
     group: Pid,
     owns_terminal: bool,
     sole_child: bool,
+    /// Stops the command's tree if lockrun dies; only for a sole child.
+    watchdog: Option<Watchdog>,
 }
 
 impl Child {
@@ -54,10 +57,22 @@ impl Child {
         command.envs(launch.env);
         command.process_group(0);
         let take_terminal = lockrun_owns_terminal();
+        let mut watchdog = None;
         if launch.sole_child {
             super::descendants::become_subreaper();
+            watchdog = Watchdog::start()
+                .inspect_err(|e| {
+                    crate::warn!(
+                        "cannot start the watchdog ({}): if lockrun is killed, only the command itself is stopped",
+                        crate::messages::io(e)
+                    )
+                })
+                .ok();
         }
         die_with_parent(&mut command);
+        if let Some(procs) = watchdog.as_ref().and_then(Watchdog::cgroup_procs) {
+            join_cgroup(&mut command, procs.to_owned());
+        }
         if take_terminal {
             // SAFETY: the closure runs in the forked child before exec and only makes
             // async-signal-safe system calls (signal, tcsetpgrp, getpid); it allocates nothing.
@@ -77,12 +92,48 @@ impl Child {
         let pid = process
             .id()
             .ok_or_else(|| Error::internal("the command exited before lockrun saw its pid"))?;
+        let group = Pid::from_raw(pid as i32);
+        if let Some(watchdog) = &mut watchdog {
+            watchdog.watch_group(group);
+        }
         Ok(Child {
             process,
-            group: Pid::from_raw(pid as i32),
+            group,
             owns_terminal: take_terminal,
             sole_child: launch.sole_child,
+            watchdog,
         })
+    }
+
+    /// Tells the watchdog of descendants that left the command's group, where it cannot see
+    /// them itself (no cgroup). Call on SIGCHLD and now and then while the command runs.
+    pub fn track_escapees(&mut self) {
+        let Some(watchdog) = &mut self.watchdog else {
+            return;
+        };
+        if watchdog.has_cgroup() {
+            return;
+        }
+        for pid in super::descendants::outside(self.group, Some(watchdog.pid())) {
+            watchdog.watch_pid(pid);
+        }
+    }
+
+    /// Whether lockrun must look for escapees now and then (a watchdog without a cgroup).
+    pub fn tracks_escapees(&self) -> bool {
+        self.watchdog.as_ref().is_some_and(|w| !w.has_cgroup())
+    }
+
+    /// lockrun is ending normally: the watchdog stands down.
+    pub fn disarm(&mut self) {
+        if let Some(watchdog) = self.watchdog.take() {
+            watchdog.disarm();
+        }
+    }
+
+    /// The watchdog's pid, which lockrun's own walks of its descendants leave out.
+    fn skip(&self) -> Option<Pid> {
+        self.watchdog.as_ref().map(Watchdog::pid)
     }
 
     /// The command's pid, which is also its process group id.
@@ -106,7 +157,7 @@ impl Child {
     pub fn signal_everything(&self, signal: Signal) {
         self.signal_group(signal);
         if self.sole_child {
-            super::descendants::signal_outside(self.group, signal);
+            super::descendants::signal_outside(self.group, self.skip(), signal);
         }
     }
 
@@ -121,7 +172,7 @@ impl Child {
     /// it was waited for). Without `sole_child`, only the command's group is looked at.
     pub fn descendants_alive(&self) -> bool {
         if self.sole_child {
-            super::descendants::any_alive()
+            super::descendants::any_alive(self.skip())
         } else {
             killpg(self.group, None).is_ok()
         }
@@ -140,8 +191,10 @@ impl Child {
     /// Job control for a command that owns the terminal: when it was stopped (Ctrl-Z, or reading
     /// the terminal from the background), lockrun takes the terminal back and stops itself, so the
     /// shell sees the whole job stopped; when the shell continues lockrun (`fg`, `bg`), the command
-    /// gets the terminal back and is continued. Call on SIGCHLD.
-    pub fn follow_stop(&self) {
+    /// gets the terminal back and is continued — only if `may_resume` says the lease still holds
+    /// (a stop longer than the lease leaves the command stopped, for the supervisor to kill
+    /// without letting it run again). Call on SIGCHLD.
+    pub fn follow_stop(&self, may_resume: impl FnOnce() -> bool) {
         if !self.owns_terminal {
             return;
         }
@@ -164,7 +217,9 @@ impl Child {
                 let _ = unsafe { signal(Signal::SIGTTOU, previous) };
             }
         }
-        self.signal_group(Signal::SIGCONT);
+        if may_resume() {
+            self.signal_group(Signal::SIGCONT);
+        }
     }
 
     /// Takes the terminal back after the command ended, if it was handed over.
@@ -198,6 +253,23 @@ pub fn die_with_parent(command: &mut std::process::Command) {
             nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
             if getppid() != parent {
                 nix::sys::signal::raise(Signal::SIGKILL)?;
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Makes the command join its cgroup before exec: it writes its own pid (`0`) to `procs`. A
+/// command that cannot join still runs; the watchdog then stops it by its process group.
+fn join_cgroup(command: &mut std::process::Command, procs: std::ffi::CString) {
+    // SAFETY: the closure runs in the forked child before exec and only makes async-signal-safe
+    // system calls (open, write, close) on a path prepared before the fork.
+    unsafe {
+        command.pre_exec(move || {
+            let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+            if fd >= 0 {
+                libc::write(fd, c"0".as_ptr().cast(), 1);
+                libc::close(fd);
             }
             Ok(())
         });

@@ -51,11 +51,13 @@ fn is_zombie(state: char) -> bool {
     matches!(state, 'Z' | 'X')
 }
 
-/// Live descendants of this process, parents before children, with their process groups. Walks
-/// the tree through the kernel's children lists, reading only our own processes.
-fn living_with_groups() -> Vec<(Pid, i32)> {
+/// Live descendants of this process, parents before children, with their process groups, leaving
+/// out `skip` (the watchdog). Walks the tree through the kernel's children lists, reading only our
+/// own processes.
+fn living_with_groups(skip: Option<Pid>) -> Vec<(Pid, i32)> {
     let mut found = Vec::new();
     let mut queue = children_of(getpid().as_raw());
+    queue.retain(|pid| Some(Pid::from_raw(*pid)) != skip);
     while let Some(pid) = queue.pop() {
         let Some((state, pgrp)) = state_and_group(pid) else {
             continue;
@@ -68,18 +70,25 @@ fn living_with_groups() -> Vec<(Pid, i32)> {
     found
 }
 
-/// Whether any descendant of this process is still alive.
-pub fn any_alive() -> bool {
-    !living_with_groups().is_empty()
+/// Whether any descendant of this process but `skip` is still alive.
+pub fn any_alive(skip: Option<Pid>) -> bool {
+    !living_with_groups(skip).is_empty()
+}
+
+/// Live descendants outside process group `group`, leaving out `skip`.
+pub fn outside(group: Pid, skip: Option<Pid>) -> Vec<Pid> {
+    living_with_groups(skip)
+        .into_iter()
+        .filter(|(_, pgrp)| *pgrp != group.as_raw())
+        .map(|(pid, _)| pid)
+        .collect()
 }
 
 /// Sends `signal` to every live descendant outside process group `group` (which the caller
-/// signals as a whole, so that no process gets the signal twice).
-pub fn signal_outside(group: Pid, signal: Signal) {
-    for (pid, pgrp) in living_with_groups() {
-        if pgrp != group.as_raw() {
-            let _ = kill(pid, signal);
-        }
+/// signals as a whole, so that no process gets the signal twice), leaving out `skip`.
+pub fn signal_outside(group: Pid, skip: Option<Pid>, signal: Signal) {
+    for pid in outside(group, skip) {
+        let _ = kill(pid, signal);
     }
 }
 

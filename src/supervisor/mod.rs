@@ -1,6 +1,7 @@
 //! Running the command under the lease: spawning it, forwarding signals, renewing, stopping it in
 //! time when the lease cannot be kept.
 
+mod cgroup;
 mod child;
 mod descendants;
 #[cfg(test)]
@@ -9,6 +10,7 @@ mod signals;
 mod supervise;
 #[cfg(test)]
 mod tests;
+mod watchdog;
 
 pub use child::{Child, Launch, die_with_parent};
 pub use signals::{FORWARDED, listen};

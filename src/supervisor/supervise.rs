@@ -43,6 +43,8 @@ const MIN_RETRY: Duration = Duration::from_millis(20);
 /// How often the descendants of a stopped command are looked for.
 const SWEEP_INTERVAL: Duration = Duration::from_millis(20);
 const MAX_RETRY: Duration = Duration::from_secs(1);
+/// How often lockrun looks for descendants that left the command's group, for the watchdog.
+const ESCAPEE_LOOK: Duration = Duration::from_millis(100);
 
 type RenewFuture<'a> = Pin<Box<dyn Future<Output = Result<Renewal, RenewError>> + Send + 'a>>;
 type RevokedFuture<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
@@ -74,6 +76,11 @@ struct Stopping {
 impl Keeper {
     fn retry_delay(&self) -> Duration {
         (self.timing.renew / 4).clamp(MIN_RETRY, MAX_RETRY)
+    }
+
+    /// Whether the command may run now: the lease is known to hold until past the stop point.
+    fn may_run(&self, now: BootInstant) -> bool {
+        self.keeps_lease() && self.expiry.is_none_or(|e| now < self.timing.stop_at(e))
     }
 
     /// Whether the lease is still worth renewing: not once it is known lost.
@@ -245,6 +252,17 @@ pub async fn supervise(
     // exited and must be reaped.
     let mut child_events = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())
         .map_err(|e| Error::internal(format!("cannot watch the command: {e}")))?;
+    // Without a cgroup, the watchdog learns of descendants that leave the command's group from
+    // lockrun's own looks at its tree.
+    let mut escapee_looks = tokio::time::interval(ESCAPEE_LOOK);
+    escapee_looks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let tracks_escapees = child.tracks_escapees();
+    // Without the terminal, job-control signals sent to lockrun are passed to the command, and
+    // lockrun itself never stops: the command is never left running on an unrenewed lease.
+    let mut job_control = match child.owns_terminal() {
+        true => None,
+        false => Some(JobControl::listen()?),
+    };
 
     let status = loop {
         let now = BootInstant::now();
@@ -276,8 +294,18 @@ pub async fn supervise(
                 None => signals_open = false,
             },
             Some(()) = child_events.recv() => {
-                child.follow_stop();
+                child.follow_stop(|| keeper.may_run(BootInstant::now()));
                 child.reap_orphans();
+                child.track_escapees();
+            }
+            _ = escapee_looks.tick(), if tracks_escapees => child.track_escapees(),
+            Some(signal) = async { job_control.as_mut().expect("guarded by the condition").next().await }, if job_control.is_some() => {
+                // A continue after a stop longer than the lease must not wake the command: the
+                // next look at the clock kills it.
+                if signal == Signal::SIGTSTP || keeper.may_run(BootInstant::now()) {
+                    crate::info!("forwarding {signal} to the command");
+                    child.signal_group(signal);
+                }
             }
             result = async { renewal.as_mut().expect("guarded by the condition").1.as_mut().await }, if renewal.is_some() => {
                 let (sent, _) = renewal.take().expect("renewal in flight");
@@ -299,6 +327,8 @@ pub async fn supervise(
     if let Some(stopping) = &keeper.stopping {
         finish_stop(stopping.kill_at, child, &mut timer).await;
     }
+    // From here on, whatever happens to lockrun, what the command left running is its own.
+    child.disarm();
 
     // The lease must have covered the whole run: a command that ended after the lease did (lockrun
     // was paused meanwhile) ran unprotected for a while, and that is reported as a loss.
@@ -321,6 +351,33 @@ pub async fn supervise(
         Some(Cause::TimedOut) => Outcome::TimedOut,
         None => Outcome::Exited(exit::from_wait_status(status)),
     })
+}
+
+/// SIGTSTP and SIGCONT received by lockrun while the command runs without the terminal.
+struct JobControl {
+    stop: tokio::signal::unix::Signal,
+    cont: tokio::signal::unix::Signal,
+}
+
+impl JobControl {
+    fn listen() -> Result<Self, Error> {
+        let listen = |kind| {
+            tokio::signal::unix::signal(kind)
+                .map_err(|e| Error::internal(format!("cannot install signal handlers: {e}")))
+        };
+        Ok(JobControl {
+            stop: listen(tokio::signal::unix::SignalKind::from_raw(libc::SIGTSTP))?,
+            cont: listen(tokio::signal::unix::SignalKind::from_raw(libc::SIGCONT))?,
+        })
+    }
+
+    async fn next(&mut self) -> Option<Signal> {
+        tokio::select! {
+            Some(()) = self.stop.recv() => Some(Signal::SIGTSTP),
+            Some(()) = self.cont.recv() => Some(Signal::SIGCONT),
+            else => None,
+        }
+    }
 }
 
 /// The command exited while being stopped; its descendants got the same TERM. Waits for them
