@@ -1,5 +1,6 @@
-//! [`FileBackend`]: acquire by `flock` on a slot file, wait woken by inotify when a holder closes
-//! its lock file, and read `status` from the kernel's lock table plus the holders' records.
+//! [`FileBackend`]: acquire by `flock` on a lock file, in turn when others wait (the name's line,
+//! see `line`); wait woken by inotify (see `wakeup`); read `status` from the kernel's lock table
+//! plus the holders' and waiters' records, without touching any lock.
 
 use std::collections::{BTreeMap, HashSet};
 use std::fs::{File, TryLockError};
@@ -9,26 +10,28 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use nix::errno::Errno;
-use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
-use tokio::io::unix::AsyncFd;
 
 use super::lease::{FileLease, HolderRecord};
+use super::line::{self, Line, Place, Verdict};
 use super::proc_locks::LockTable;
 use super::state_dir::StateDir;
-use super::{fence, paths};
+use super::wakeup::Wakeup;
+use super::{fence, interval, paths};
 use crate::backend::{
-    AcquireRequest, Acquired, Backend, BackendError, Cancel, Grant, HolderStatus, IntervalClaim,
-    LockStatus,
+    AcquireRequest, Acquired, Backend, BackendError, Cancel, Grant, HolderInfo, HolderStatus,
+    IntervalClaim, LockStatus, Mode, WaiterStatus,
 };
 use crate::clock::{BootInstant, BootTimer};
 use crate::messages::io as io_reason;
 use crate::name::LockName;
-use crate::reactor::Pollable;
 
-/// How often a waiter re-checks the locks without being woken, in case a lock was released by a
-/// process that had its file open read-only (which inotify does not report as a write close).
+/// How often a waiter looks again without being woken, in case a change went unreported (a lock
+/// released by a process that had its file open read-only).
 const SAFETY_RECHECK: Duration = Duration::from_secs(1);
+/// After a wake that finds the lock still held, the waiter tries again this soon, doubling, a few
+/// times: the holder may be letting go at that very moment.
+const RETRY_FIRST: Duration = Duration::from_millis(1);
+const RETRIES: u32 = 6;
 
 /// The `file://` backend.
 pub struct FileBackend {
@@ -50,12 +53,37 @@ impl FileBackend {
         }
     }
 
-    /// Issues the token and records the holder on a slot this process has just locked.
+    /// One try for the lock, without waiting: a free slot (exclusive), or a share of slot 0.
+    /// Slot files are opened one at a time, so a large `--limit` needs few descriptors.
+    fn try_take(&self, request: &AcquireRequest) -> io::Result<Option<FileLease>> {
+        let sent_at = BootInstant::now();
+        let slots = match request.mode {
+            Mode::Exclusive => request.limit,
+            Mode::Shared => 1,
+        };
+        for slot in 0..slots {
+            let name = paths::slot_file(&request.name, slot);
+            let file = self.dir.open_read(&name)?;
+            let locked = match request.mode {
+                Mode::Exclusive => file.try_lock(),
+                Mode::Shared => file.try_lock_shared(),
+            };
+            match locked {
+                Ok(()) => return self.hold(request, slot, name, file, sent_at).map(Some),
+                Err(TryLockError::WouldBlock) => continue,
+                Err(TryLockError::Error(e)) => return Err(self.dir.named(&name, e)),
+            }
+        }
+        Ok(None)
+    }
+
+    /// Issues the token and records the holder on a lock this process has just taken.
     fn hold(
         &self,
         request: &AcquireRequest,
         slot: u32,
-        file: File,
+        lock_name: String,
+        lock: File,
         sent_at: BootInstant,
     ) -> io::Result<FileLease> {
         let token = fence::next_token(&self.dir, &paths::fence_file(&request.name))?;
@@ -72,33 +100,160 @@ impl FileBackend {
             ttl_ms: request.ttl.as_millis().try_into().unwrap_or(u64::MAX),
             holder: request.holder.stamped(),
         };
-        FileLease::hold(
-            Arc::clone(&self.dir),
-            paths::slot_file(&request.name, slot),
-            file,
-            grant,
-            &record,
-        )
+        let dir = Arc::clone(&self.dir);
+        match request.mode {
+            Mode::Exclusive => FileLease::exclusive(dir, lock_name, lock, grant, &record),
+            Mode::Shared => {
+                let line = Line::open(&self.dir, &request.name)?;
+                let record_name = line::holder_file(token);
+                FileLease::shared(dir, lock_name, lock, line.dir, record_name, grant, &record)
+            }
+        }
     }
 
-    /// Reads the kernel's lock table and the directory once: every name's slots and holders.
+    /// Waits in line for the lock: until it is held, the deadline passes, a newer `--supersede`
+    /// waiter replaces this one, or `cancel` resolves. The place in line is left in every case.
+    async fn wait_in_line(
+        &self,
+        request: &AcquireRequest,
+        cancel: &mut Cancel<'_>,
+    ) -> io::Result<Acquired> {
+        let line = Line::open(&self.dir, &request.name)?;
+        let place = line.join(
+            &self.dir,
+            &request.name,
+            request.mode,
+            request.supersede,
+            &request.holder,
+        )?;
+        if request.supersede {
+            // Older --supersede waiters give up now: wake each to find out.
+            for older in line.entries()? {
+                if older.supersede && older.ticket < place.entry.ticket {
+                    line.poke(&older);
+                }
+            }
+        }
+        let outcome = self.take_turn(request, &line, &place, cancel).await;
+        line.leave(place);
+        outcome
+    }
+
+    async fn take_turn(
+        &self,
+        request: &AcquireRequest,
+        line: &Line,
+        place: &Place,
+        cancel: &mut Cancel<'_>,
+    ) -> io::Result<Acquired> {
+        let slot_names: HashSet<String> = (0..request.limit)
+            .map(|k| paths::slot_file(&request.name, k))
+            .collect();
+        let mut wakeup = Wakeup::new(slot_names)?;
+        let mut timer = BootTimer::new()?;
+        let mut retries = 0;
+        let own_ticket = line.dir.path().join(place.entry.file_name());
+        let outcome = loop {
+            let mut watched: Vec<std::path::PathBuf> = Vec::new();
+            if place.entry.supersede {
+                // A newer --supersede waiter pokes this ticket.
+                watched.push(own_ticket.clone());
+            }
+            let pause = match line.look(place, request.limit)? {
+                Verdict::Superseded(newer) => {
+                    let by = line.record(&newer).unwrap_or_else(HolderInfo::unknown);
+                    break Acquired::Superseded(by);
+                }
+                Verdict::Turn => {
+                    if let Some(lease) = self.try_take(request)? {
+                        break Acquired::Held(Box::new(lease));
+                    }
+                    wakeup.watch_slots(self.dir.path())?;
+                    if retries < RETRIES {
+                        retries += 1;
+                        RETRY_FIRST * (1 << (retries - 1))
+                    } else {
+                        SAFETY_RECHECK
+                    }
+                }
+                Verdict::Behind(files) => {
+                    watched.extend(files.iter().map(|f| line.dir.path().join(f)));
+                    SAFETY_RECHECK
+                }
+            };
+            if request.expired() {
+                break Acquired::Busy;
+            }
+            if !wakeup.watch_files(&watched)? {
+                continue;
+            }
+            let wake_at = BootInstant::now() + pause;
+            let wake_at = request.deadline.map_or(wake_at, |d| d.min(wake_at));
+            tokio::select! {
+                woken = wakeup.woken() => {
+                    woken?;
+                    retries = 0;
+                }
+                slept = timer.sleep_until(Some(wake_at)) => slept?,
+                () = cancel.as_mut() => break Acquired::Cancelled,
+            }
+        };
+        wakeup.finish();
+        Ok(outcome)
+    }
+
+    /// Reads the kernel's lock table and the directory once: every name's holders and waiters.
     fn snapshot(&self) -> io::Result<Snapshot> {
         let table = LockTable::read()?;
         let mut names: BTreeMap<LockName, Slots> = BTreeMap::new();
         for file_name in self.dir.file_names()? {
-            let Some((name, slot)) = paths::parse_slot_file(&file_name) else {
-                continue;
-            };
-            let slots = names.entry(name).or_default();
-            slots.files += 1;
-            if let Some(holder) = self.slot_holder(&table, &file_name, slot)? {
-                slots.holders.push(holder);
+            if let Some((name, slot)) = paths::parse_slot_file(&file_name) {
+                let slots = names.entry(name).or_default();
+                slots.files += 1;
+                if let Some(holder) = self.slot_holder(&table, &file_name, slot)? {
+                    slots.holders.push(holder);
+                }
+            } else if let Some(name) = paths::parse_line_dir(&file_name) {
+                let slots = names.entry(name.clone()).or_default();
+                self.read_line(&table, &name, slots)?;
             }
         }
         for slots in names.values_mut() {
-            slots.holders.sort_by_key(|(h, _)| h.slot);
+            slots.holders.sort_by_key(|(h, _)| (h.slot, h.token));
         }
-        Ok(Snapshot { table, names })
+        Ok(Snapshot { names })
+    }
+
+    /// A name's shared holders and waiters, from its line directory.
+    fn read_line(&self, table: &LockTable, name: &LockName, slots: &mut Slots) -> io::Result<()> {
+        let Some(line) = Line::existing(&self.dir, name)? else {
+            return Ok(());
+        };
+        let mut files = line.dir.file_names()?;
+        files.sort();
+        for file_name in files {
+            let Some(id) = line.dir.file_id(&file_name)? else {
+                continue;
+            };
+            if table.exclusive_holder(id).is_none() {
+                continue;
+            }
+            if line::is_holder_file(&file_name) {
+                if let Some(file) = line.dir.open_existing(&file_name)?
+                    && let Some(record) = HolderRecord::read(&file)
+                {
+                    let ttl = Duration::from_millis(record.ttl_ms);
+                    let status = HolderStatus::new(record.holder, record.token, 0, ttl);
+                    slots.holders.push((status, 1));
+                }
+            } else if let Some(entry) = line::Entry::parse(&file_name) {
+                let record = line
+                    .record(&entry.file_name())
+                    .unwrap_or_else(HolderInfo::unknown);
+                slots.queue.push(WaiterStatus::new(record));
+            }
+        }
+        Ok(())
     }
 
     fn slot_holder(
@@ -133,59 +288,49 @@ impl FileBackend {
         }
         // Locked by something that wrote no record of ours (an outside `flock`, or a holder that
         // has not written it yet): report what the kernel knows.
-        let unknown = HolderStatus {
-            token: 0,
+        let unknown = HolderInfo {
             pid,
-            host: String::new(),
-            user: String::new(),
-            note: None,
-            acquired_at: String::new(),
-            expires_in_ms: 0,
-            slot,
-            mode: crate::backend::Mode::Exclusive,
+            ..HolderInfo::unknown()
         };
-        Ok(Some((unknown, 1)))
-    }
-
-    fn waiters(&self, name: &LockName, table: &LockTable) -> io::Result<u32> {
-        let id = self.dir.file_id(&paths::wait_file(name))?;
-        Ok(id.map_or(0, |id| table.shared_count(id)))
+        Ok(Some((
+            HolderStatus::new(unknown, 0, slot, Duration::ZERO),
+            1,
+        )))
     }
 
     /// NAME's status from a snapshot. The limit is the one its holders declared; for a free name,
     /// the number of slot files (the largest limit it was used with).
-    fn status_in(&self, snapshot: &Snapshot, name: &LockName) -> io::Result<LockStatus> {
-        let slots = snapshot.names.get(name);
-        let holders = slots.map_or(&[][..], |s| &s.holders[..]);
-        let limit = holders
+    fn status_in(snapshot: &Snapshot, name: &LockName) -> LockStatus {
+        let Some(slots) = snapshot.names.get(name) else {
+            return LockStatus::free(name);
+        };
+        let limit = slots
+            .holders
             .iter()
             .map(|(_, limit)| *limit)
             .max()
-            .or(slots.map(|s| s.files))
-            .unwrap_or(1)
+            .unwrap_or(slots.files)
             .max(1);
-        Ok(LockStatus {
-            name: name.to_string(),
-            held: !holders.is_empty(),
+        LockStatus::new(
+            name,
             limit,
-            waiters: self.waiters(name, &snapshot.table)?,
-            holders: holders.iter().map(|(h, _)| h.clone()).collect(),
-            queue: Vec::new(),
-        })
+            slots.holders.iter().map(|(h, _)| h.clone()).collect(),
+            slots.queue.clone(),
+        )
     }
 }
 
-/// The kernel's locks and the directory's slot files, read once.
+/// The directory's names, read once.
 struct Snapshot {
-    table: LockTable,
     names: BTreeMap<LockName, Slots>,
 }
 
-/// One name's slot files and current holders (with the limit each declared).
+/// One name's lock files, current holders (with the limit each declared) and waiters.
 #[derive(Default)]
 struct Slots {
     files: u32,
     holders: Vec<(HolderStatus, u32)>,
+    queue: Vec<WaiterStatus>,
 }
 
 #[async_trait]
@@ -203,78 +348,41 @@ impl Backend for FileBackend {
         request: &AcquireRequest,
         mut cancel: Cancel<'_>,
     ) -> Result<Acquired, BackendError> {
-        let slot_names: Vec<String> = (0..request.limit)
-            .map(|k| paths::slot_file(&request.name, k))
-            .collect();
-        let slots = slot_names
-            .iter()
-            .map(|file_name| self.dir.open_rw(file_name))
-            .collect::<io::Result<Vec<File>>>()
-            .map_err(|e| self.failed(&e))?;
-        let mut waiting: Option<(Waiting, BootTimer)> = None;
-        loop {
-            let sent_at = BootInstant::now();
-            if let Some(slot) = try_lock_any(&slots).map_err(|e| self.failed(&e))? {
-                if let Some((waiting, _timer)) = waiting {
-                    waiting.finish();
-                }
-                let file = slots.into_iter().nth(slot).expect("slot index is in range");
-                let lease = self
-                    .hold(request, slot as u32, file, sent_at)
-                    .map_err(|e| self.failed(&e))?;
+        let acquired = async {
+            // Nobody in line: try at once, as an uncontended lock should cost nothing more.
+            if Line::is_empty(&self.dir, &request.name)?
+                && let Some(lease) = self.try_take(request)?
+            {
                 return Ok(Acquired::Held(Box::new(lease)));
             }
-            if request.expired() {
-                return Ok(Acquired::Busy);
-            }
-            match waiting.as_mut() {
-                // Watch first, then try again: a release between the first try and the watch
-                // would otherwise go unnoticed until the safety re-check.
-                None => {
-                    let started = Waiting::start(&self.dir, &request.name, &slot_names)
-                        .and_then(|w| Ok((w, BootTimer::new()?)))
-                        .map_err(|e| self.failed(&e))?;
-                    waiting = Some(started);
-                }
-                Some((waiting, timer)) => {
-                    let recheck = BootInstant::now() + SAFETY_RECHECK;
-                    let wake_at = request.deadline.map_or(recheck, |d| d.min(recheck));
-                    tokio::select! {
-                        woken = waiting.released() => woken.map_err(|e| self.failed(&e))?,
-                        slept = timer.sleep_until(Some(wake_at)) => slept.map_err(|e| self.failed(&e))?,
-                        // Dropping the registration leaves the count of waiters at once.
-                        () = cancel.as_mut() => return Ok(Acquired::Cancelled),
-                    }
-                }
-            }
-        }
+            self.wait_in_line(request, &mut cancel).await
+        };
+        acquired.await.map_err(|e| self.failed(&e))
     }
 
     async fn status(&self, name: &LockName) -> Result<LockStatus, BackendError> {
         self.snapshot()
-            .and_then(|snapshot| self.status_in(&snapshot, name))
+            .map(|snapshot| Self::status_in(&snapshot, name))
             .map_err(|e| self.failed(&e))
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<LockStatus>, BackendError> {
         let snapshot = self.snapshot().map_err(|e| self.failed(&e))?;
-        snapshot
+        Ok(snapshot
             .names
             .iter()
             .filter(|(name, slots)| !slots.holders.is_empty() && name.as_str().starts_with(prefix))
-            .map(|(name, _)| self.status_in(&snapshot, name))
-            .collect::<io::Result<Vec<_>>>()
-            .map_err(|e| self.failed(&e))
+            .map(|(name, _)| Self::status_in(&snapshot, name))
+            .collect())
     }
 
     async fn claim_interval(
         &self,
-        _name: &LockName,
-        _interval: Duration,
+        name: &LockName,
+        interval: Duration,
     ) -> Result<IntervalClaim, BackendError> {
-        Err(BackendError::Unsupported(
-            "--min-interval is not available on this backend yet".into(),
-        ))
+        interval::claim(&self.dir, &paths::interval_file(name), interval)
+            .map_err(|e| self.failed(&e))
     }
 
     async fn force_release(&self, name: &LockName) -> Result<usize, BackendError> {
@@ -284,80 +392,10 @@ impl Backend for FileBackend {
         }
         let pids: Vec<String> = status.holders.iter().map(|h| h.pid.to_string()).collect();
         Err(BackendError::Unsupported(format!(
-            "cannot force-release {name:?} on {}: the kernel lock is held by pid {}, and only that process can drop it (it is released the moment the process exits: kill {})",
+            "cannot force-release {name} on {}: the kernel lock is held by pid {}, and only that process can drop it (it is released the moment the process exits: kill {})",
             self.describe(),
             pids.join(", pid "),
             pids.join(" ")
         )))
-    }
-}
-
-/// Tries every slot once without blocking; the index of the one now locked, if any.
-fn try_lock_any(slots: &[File]) -> io::Result<Option<usize>> {
-    for (index, file) in slots.iter().enumerate() {
-        match file.try_lock() {
-            Ok(()) => return Ok(Some(index)),
-            Err(TryLockError::WouldBlock) => continue,
-            Err(TryLockError::Error(e)) => return Err(e),
-        }
-    }
-    Ok(None)
-}
-
-/// A waiter's registration (a shared lock on the name's wait file, counted by `status`) and its
-/// wake-up source: inotify reports every close of a file opened for writing in the directory, and a
-/// holder's lock is released exactly when its lock file is closed for the last time.
-struct Waiting {
-    _registration: File,
-    inotify: AsyncFd<Pollable<Inotify>>,
-    slot_names: HashSet<String>,
-}
-
-impl Waiting {
-    fn start(dir: &StateDir, name: &LockName, slot_names: &[String]) -> io::Result<Self> {
-        let registration = dir.open_rw(&paths::wait_file(name))?;
-        registration.lock_shared()?;
-        let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)?;
-        inotify.add_watch(dir.path(), AddWatchFlags::IN_CLOSE_WRITE)?;
-        Ok(Waiting {
-            _registration: registration,
-            inotify: crate::reactor::register(inotify)?,
-            slot_names: slot_names.iter().cloned().collect(),
-        })
-    }
-
-    /// Ends the wait: the waiter is no longer counted at once. The inotify instance is left open
-    /// until the process exits: closing one makes the kernel wait for a grace period (measured
-    /// here at 10-20 ms, with kernel work that slowed the command's start even when the close ran
-    /// on another thread). At exit the lease has already been released, so the next holder does
-    /// not wait for it.
-    fn finish(self) {
-        drop(self._registration);
-        // Deregistered from the reactor, then deliberately not closed.
-        std::mem::forget(self.inotify.into_inner());
-    }
-
-    /// Returns once one of our slot files has been closed by a writer (or events were lost).
-    async fn released(&mut self) -> io::Result<()> {
-        loop {
-            let mut guard = self.inotify.readable().await?;
-            match guard.get_inner().inner().read_events() {
-                Ok(events) => {
-                    let ours = events.iter().any(|event| {
-                        event.mask.contains(AddWatchFlags::IN_Q_OVERFLOW)
-                            || event
-                                .name
-                                .as_ref()
-                                .and_then(|n| n.to_str())
-                                .is_some_and(|n| self.slot_names.contains(n))
-                    });
-                    if ours {
-                        return Ok(());
-                    }
-                }
-                Err(Errno::EAGAIN) => guard.clear_ready(),
-                Err(e) => return Err(e.into()),
-            }
-        }
     }
 }

@@ -1,5 +1,13 @@
-//! A held file lease: the locked slot file, the holder record written into it, and the checks that
-//! stand in for renewal on a lock the kernel keeps for as long as the process lives.
+//! A held file lease: the locked lock file, the holder's record, and the checks that stand in for
+//! renewal on a lock the kernel keeps for as long as the process lives.
+//!
+//! Two descriptors of the lock file: the one that holds the `flock` is opened read-only, and a
+//! second, read-write one writes the record (exclusive holders) and is closed *after* the lock is
+//! gone — whether lockrun releases or the kernel closes its descriptors at exit (in order, and the
+//! lock's is the older). Its close is what waiters watch for ("closed after writing"), so a woken
+//! waiter finds the lock already free; a read-only close wakes nobody, which also keeps waiters
+//! that probe the lock files from waking each other. A shared holder writes its record into a file
+//! of its own in the name's line directory instead (see `line`).
 
 use std::fs::File;
 use std::io;
@@ -13,7 +21,7 @@ use super::state_dir::{FileId, StateDir};
 use crate::backend::{BackendError, Grant, HolderInfo, Lease, RenewError, Renewal};
 use crate::messages::io as io_reason;
 
-/// What a holder writes into its slot file for `status`.
+/// What a holder records for `status`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HolderRecord {
     pub token: u64,
@@ -25,52 +33,125 @@ pub struct HolderRecord {
 }
 
 impl HolderRecord {
-    /// Reads the record from a slot file; `None` if it is empty or not (yet) complete.
+    /// Reads a record from a file; `None` if it is empty or not (yet) complete.
     pub fn read(file: &File) -> Option<Self> {
         let mut buf = vec![0u8; 8192];
         let len = file.read_at(&mut buf, 0).ok()?;
         serde_json::from_slice(buf[..len].trim_ascii_end()).ok()
     }
+
+    /// Writes the record over the whole of `file`.
+    fn write(&self, file: &File) -> io::Result<()> {
+        let mut json = serde_json::to_vec(self).map_err(io::Error::other)?;
+        json.push(b'\n');
+        file.write_all_at(&json, 0)?;
+        file.set_len(json.len() as u64)
+    }
 }
 
-/// A slot lock held by this process.
+/// Where a holder's record lives.
+enum RecordFile {
+    /// In the lock file, through its read-write descriptor.
+    InLockFile,
+    /// A shared holder's own file in the line directory, which it keeps locked.
+    Own {
+        dir: StateDir,
+        name: String,
+        file: File,
+    },
+}
+
+/// A lock file held by this process.
 pub struct FileLease {
     dir: Arc<StateDir>,
-    file_name: String,
-    file: File,
+    lock_name: String,
+    /// Holds the `flock`; read-only.
+    lock: File,
+    /// Read-write; closed last.
+    bell: File,
     id: FileId,
+    record: RecordFile,
     grant: Grant,
 }
 
 impl FileLease {
-    /// Takes over a slot file whose `flock` this process holds, and records the holder in it.
-    pub fn hold(
+    /// An exclusive holder: `lock` holds the `flock` on `lock_name`; the record goes into it.
+    pub fn exclusive(
         dir: Arc<StateDir>,
-        file_name: String,
-        file: File,
+        lock_name: String,
+        lock: File,
         grant: Grant,
         record: &HolderRecord,
     ) -> io::Result<Self> {
-        let mut json = serde_json::to_vec(record).map_err(io::Error::other)?;
-        json.push(b'\n');
-        file.write_all_at(&json, 0)?;
-        file.set_len(json.len() as u64)?;
-        let id = FileId::of(&file)?;
+        let bell = above(&lock, dir.open_rw(&lock_name)?)?;
+        record.write(&bell)?;
+        Self::new(dir, lock_name, lock, bell, RecordFile::InLockFile, grant)
+    }
+
+    /// A shared holder: `lock` holds a shared `flock` on `lock_name`; the record goes into the
+    /// file `record_name` of the line directory `line`, created and kept locked.
+    pub fn shared(
+        dir: Arc<StateDir>,
+        lock_name: String,
+        lock: File,
+        line: StateDir,
+        record_name: String,
+        grant: Grant,
+        record: &HolderRecord,
+    ) -> io::Result<Self> {
+        let bell = above(&lock, dir.open_rw(&lock_name)?)?;
+        let file = line.create_new(&record_name)?;
+        file.lock().map_err(|e| line.named(&record_name, e))?;
+        record.write(&file)?;
+        let own = RecordFile::Own {
+            dir: line,
+            name: record_name,
+            file,
+        };
+        Self::new(dir, lock_name, lock, bell, own, grant)
+    }
+
+    fn new(
+        dir: Arc<StateDir>,
+        lock_name: String,
+        lock: File,
+        bell: File,
+        record: RecordFile,
+        grant: Grant,
+    ) -> io::Result<Self> {
+        let id = FileId::of(&lock)?;
         Ok(FileLease {
             dir,
-            file_name,
-            file,
+            lock_name,
+            lock,
+            bell,
             id,
+            record,
             grant,
         })
     }
 
     fn failed(&self, e: &io::Error) -> BackendError {
         BackendError::Failed {
-            endpoint: self.dir.path().join(&self.file_name).display().to_string(),
+            endpoint: self.dir.path().join(&self.lock_name).display().to_string(),
             reason: io_reason(e),
         }
     }
+}
+
+/// `bell` as a descriptor numbered above `lock`'s, so that the kernel, closing a dying process's
+/// descriptors in order, lets go of the lock before it closes the bell.
+fn above(lock: &File, bell: File) -> io::Result<File> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    if bell.as_raw_fd() > lock.as_raw_fd() {
+        return Ok(bell);
+    }
+    let moved = nix::fcntl::fcntl(
+        &bell,
+        nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(lock.as_raw_fd() + 1),
+    )?;
+    // SAFETY: F_DUPFD_CLOEXEC returned a new descriptor that nothing else owns.
+    Ok(unsafe { File::from_raw_fd(moved) })
 }
 
 #[async_trait]
@@ -83,20 +164,40 @@ impl Lease for FileLease {
     /// go wrong is the lock file being removed or replaced, after which another process can lock a
     /// new file of the same name. That is a lost lease.
     async fn renew(&self) -> Result<Renewal, RenewError> {
-        match self.dir.file_id(&self.file_name) {
+        match self.dir.file_id(&self.lock_name) {
             Ok(Some(id)) if id == self.id => Ok(Renewal { ttl: None }),
             Ok(_) => Err(RenewError::Lost(format!(
                 "lock file {} was removed or replaced; another process may now hold the lock",
-                self.dir.path().join(&self.file_name).display()
+                self.dir.path().join(&self.lock_name).display()
             ))),
             Err(e) => Err(RenewError::Unconfirmed(self.failed(&e))),
         }
     }
 
-    /// Clears the holder record, then closes the file, which releases the lock and wakes waiters.
+    /// Clears the record, lets go of the lock, then closes the read-write descriptor, which wakes
+    /// the waiters.
     async fn release(self: Box<Self>) -> Result<(), BackendError> {
-        let cleared = self.file.set_len(0).map_err(|e| self.failed(&e));
-        drop(self.file);
-        cleared
+        let FileLease {
+            lock,
+            bell,
+            record,
+            lock_name,
+            dir,
+            ..
+        } = *self;
+        let cleared = match record {
+            RecordFile::InLockFile => bell.set_len(0),
+            RecordFile::Own { dir, name, file } => {
+                let removed = dir.remove(&name);
+                drop(file);
+                removed
+            }
+        };
+        drop(lock);
+        drop(bell);
+        cleared.map_err(|e| BackendError::Failed {
+            endpoint: dir.path().join(&lock_name).display().to_string(),
+            reason: io_reason(&e),
+        })
     }
 }

@@ -3,19 +3,24 @@
 //! Layout of the state directory, for a name `a/b` (the `/` is stored as `%`, which names cannot
 //! contain):
 //! - `a%b.lock` — slot 0's lock file; `a%b@K.lock` — slot K's with `--limit`. Locked with `flock`
-//!   while held; the holder's metadata (JSON) is written into it. Never unlinked, so every process
-//!   always locks the same inode.
+//!   while held (shared by `--shared` holders); an exclusive holder's record (JSON) is written
+//!   into it. Never unlinked, so every process always locks the same inode.
 //! - `a%b.fence` — the flushed reservation of fencing tokens; `a%b.fence-hot` — the last token
 //!   issued in this boot (see `fence`).
-//! - `a%b.wait` — each waiter holds a shared `flock` on it, so `status` can count waiters.
+//! - `a%b.line/` — the line of waiters (ticket files) and the shared holders' records (see
+//!   `line`); `a%b.tickets` — the counter that numbers tickets.
+//! - `a%b.interval` — when the name last ran, for `--min-interval` (see `interval`).
 
 mod backend;
 mod fence;
+mod interval;
 mod lease;
+mod line;
 mod paths;
 mod proc_locks;
 mod settings;
 mod state_dir;
+mod wakeup;
 
 pub use backend::FileBackend;
 pub use settings::Settings;

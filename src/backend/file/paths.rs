@@ -1,8 +1,9 @@
 //! How lease names become file names inside the state directory, and back.
 //!
-//! The mapping is flat (no subdirectories) and bijective: `/` becomes `%`, slot K > 0 adds `@K`,
-//! and a suffix says what the file is. Names cannot contain `%`, `@` or `/`, so no name can reach
-//! another name's files, and no file name can leave the directory.
+//! The mapping is flat (one subdirectory per name at most, for its line) and bijective: `/`
+//! becomes `%`, slot K > 0 adds `@K`, and a suffix says what the file is. Names cannot contain
+//! `%`, `@` or `/`, so no name can reach another name's files, and no file name can leave the
+//! directory.
 
 use crate::name::LockName;
 
@@ -26,9 +27,25 @@ pub fn fence_file(name: &LockName) -> String {
     format!("{}.fence", stem(name))
 }
 
-/// The waiters' file.
-pub fn wait_file(name: &LockName) -> String {
-    format!("{}.wait", stem(name))
+/// The directory of the name's line: waiters' tickets and shared holders' records.
+pub fn line_dir(name: &LockName) -> String {
+    format!("{}.line", stem(name))
+}
+
+/// The name whose line directory `file_name` is, or `None` for any other file.
+pub fn parse_line_dir(file_name: &str) -> Option<LockName> {
+    let stem = file_name.strip_suffix(".line")?;
+    LockName::parse(&stem.replace('%', "/")).ok()
+}
+
+/// The counter that numbers the name's tickets.
+pub fn ticket_counter(name: &LockName) -> String {
+    format!("{}.tickets", stem(name))
+}
+
+/// The record of when the name last ran (`--min-interval`).
+pub fn interval_file(name: &LockName) -> String {
+    format!("{}.interval", stem(name))
 }
 
 /// The name and slot a lock file belongs to, or `None` for any other file.
@@ -62,7 +79,8 @@ mod tests {
     fn other_files_are_not_lock_files() {
         for other in [
             "x.fence",
-            "x.wait",
+            "x.line",
+            "x.tickets",
             "x@0.lock",
             "x@y.lock",
             "%x.lock",

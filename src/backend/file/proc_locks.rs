@@ -7,11 +7,10 @@ use std::io;
 
 use super::state_dir::FileId;
 
-/// The `flock` locks held (not waited for) on this host, by file.
+/// The exclusive `flock` locks held (not waited for) on this host, by file.
 #[derive(Debug, Default)]
 pub struct LockTable {
     exclusive: HashMap<FileId, u32>,
-    shared: HashMap<FileId, u32>,
 }
 
 impl LockTable {
@@ -37,12 +36,8 @@ impl LockTable {
                 continue;
             };
             let pid = u32::try_from(pid).unwrap_or(0);
-            match *mode {
-                "WRITE" => {
-                    table.exclusive.insert(id, pid);
-                }
-                "READ" => *table.shared.entry(id).or_default() += 1,
-                _ => {}
+            if *mode == "WRITE" {
+                table.exclusive.insert(id, pid);
             }
         }
         table
@@ -51,11 +46,6 @@ impl LockTable {
     /// The pid holding an exclusive lock on `id` (0 when the kernel does not say), if any.
     pub fn exclusive_holder(&self, id: FileId) -> Option<u32> {
         self.exclusive.get(&id).copied()
-    }
-
-    /// How many shared locks are held on `id`.
-    pub fn shared_count(&self, id: FileId) -> u32 {
-        self.shared.get(&id).copied().unwrap_or(0)
     }
 }
 
@@ -89,8 +79,8 @@ mod tests {
             ino,
         };
         assert_eq!(table.exclusive_holder(id(77)), Some(4242));
-        assert_eq!(table.shared_count(id(78)), 2);
+        assert_eq!(table.exclusive_holder(id(78)), None);
         assert_eq!(table.exclusive_holder(id(79)), None);
-        assert_eq!(table.shared_count(id(80)), 0);
+        assert_eq!(table.exclusive_holder(id(80)), None);
     }
 }

@@ -1,6 +1,10 @@
 //! The state directory: created with private permissions, opened once, and every file in it
 //! reached relative to that open directory with `O_NOFOLLOW`, so a symlink planted in it is never
 //! followed and a renamed directory cannot redirect a lockrun that already started.
+//!
+//! A directory shared by a group (setgid, as README suggests: root and a common group, mode
+//! 2770) gets files its group may lock whatever the creator's umask (0660), and subdirectories
+//! that stay shared (2770). Every error names the file it is about.
 
 use std::fs::{DirBuilder, File};
 use std::io;
@@ -27,14 +31,14 @@ fn check_trust(dir: &File) -> Result<(), String> {
     let me = nix::unistd::geteuid().as_raw();
     if meta.uid() != me && meta.uid() != 0 {
         return Err(format!(
-            "refusing a state directory owned by uid {} (expected {me} or root)",
+            "refused: it is owned by uid {}, and lockrun only uses a state directory of its own user (uid {me}) or of root",
             meta.uid()
         ));
     }
     let mode = meta.mode();
     if mode & 0o002 != 0 && mode & 0o1000 == 0 {
         return Err(format!(
-            "refusing a world-writable state directory without the sticky bit (mode {:o})",
+            "refused: it is world-writable (mode {:o}) without the sticky bit; make it 2770 with a common group, or 1777",
             mode & 0o7777
         ));
     }
@@ -59,18 +63,20 @@ impl FileId {
     }
 }
 
-/// An open state directory.
+/// An open state directory (or one of its subdirectories).
 #[derive(Debug)]
 pub struct StateDir {
     path: PathBuf,
     fd: OwnedFd,
+    /// Setgid: shared by a group, whose members must be able to lock every file.
+    shared: bool,
 }
 
 impl StateDir {
     /// Creates `path` (and missing parents) with private permissions if needed, then opens it.
     pub fn open(path: &Path) -> Result<Self, BackendError> {
-        let unreachable = |e: io::Error| BackendError::Unreachable {
-            endpoint: path.display().to_string(),
+        let unreachable = |e: io::Error| BackendError::Failed {
+            endpoint: format!("the state directory {}", path.display()),
             reason: crate::messages::io(&e),
         };
         DirBuilder::new()
@@ -84,16 +90,82 @@ impl StateDir {
             Mode::empty(),
         )
         .map_err(|e| unreachable(e.into()))?;
-        check_trust(&File::from(fd.try_clone().map_err(unreachable)?)).map_err(|reason| {
-            BackendError::Unreachable {
-                endpoint: path.display().to_string(),
-                reason,
-            }
+        let dir = File::from(fd.try_clone().map_err(unreachable)?);
+        check_trust(&dir).map_err(|reason| BackendError::Failed {
+            endpoint: format!("the state directory {}", path.display()),
+            reason,
         })?;
+        let shared = dir.metadata().map_err(unreachable)?.mode() & 0o2000 != 0;
         Ok(StateDir {
             path: path.to_owned(),
             fd,
+            shared,
         })
+    }
+
+    /// The subdirectory `name`, created if missing (private, or shared like this one).
+    pub fn subdir(&self, name: &str) -> io::Result<StateDir> {
+        let mode = if self.shared { 0o2770 } else { DIR_MODE };
+        match nix::sys::stat::mkdirat(&self.fd, name, Mode::from_bits_truncate(mode)) {
+            Ok(()) | Err(nix::errno::Errno::EEXIST) => {}
+            Err(e) => return Err(self.named(name, e.into())),
+        }
+        let fd = openat(
+            &self.fd,
+            name,
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| self.named(name, e.into()))?;
+        let sub = StateDir {
+            path: self.path.join(name),
+            fd,
+            shared: self.shared,
+        };
+        if self.shared {
+            sub.share(&File::from(sub.fd.try_clone()?), 0o2770);
+        }
+        Ok(sub)
+    }
+
+    /// The existing subdirectory `name`, or `None`.
+    pub fn existing_subdir(&self, name: &str) -> io::Result<Option<StateDir>> {
+        match openat(
+            &self.fd,
+            name,
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        ) {
+            Ok(fd) => Ok(Some(StateDir {
+                path: self.path.join(name),
+                fd,
+                shared: self.shared,
+            })),
+            Err(nix::errno::Errno::ENOENT) => Ok(None),
+            Err(e) => Err(self.named(name, e.into())),
+        }
+    }
+
+    /// `e`, saying which file it is about.
+    pub fn named(&self, file_name: &str, e: io::Error) -> io::Error {
+        io::Error::new(
+            e.kind(),
+            format!(
+                "{}: {}",
+                self.path.join(file_name).display(),
+                crate::messages::io(&e)
+            ),
+        )
+    }
+
+    /// Gives the group the `mode` bits a shared directory needs, whatever the umask took away.
+    fn share(&self, file: &File, mode: u32) {
+        if let Ok(meta) = file.metadata()
+            && meta.mode() & mode != mode & 0o7777
+            && meta.uid() == nix::unistd::geteuid().as_raw()
+        {
+            let _ = nix::sys::stat::fchmod(file, Mode::from_bits_truncate(meta.mode() | mode));
+        }
     }
 
     /// The directory's path, for messages.
@@ -107,6 +179,14 @@ impl StateDir {
         self.open_at(file_name, flags)
     }
 
+    /// Opens `file_name` read-only, creating it if missing (a lock file: `flock` needs no write
+    /// access, and closing a read-only descriptor wakes nobody watching for writes). Refuses
+    /// symlinks.
+    pub fn open_read(&self, file_name: &str) -> io::Result<File> {
+        let flags = OFlag::O_RDONLY | OFlag::O_CREAT | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        self.open_at(file_name, flags)
+    }
+
     /// Opens an existing `file_name` read-only; `Ok(None)` if it does not exist. Refuses symlinks.
     pub fn open_existing(&self, file_name: &str) -> io::Result<Option<File>> {
         let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
@@ -117,15 +197,24 @@ impl StateDir {
         }
     }
 
+    /// Creates `file_name`, which must not exist yet, for reading and writing.
+    pub fn create_new(&self, file_name: &str) -> io::Result<File> {
+        let flags =
+            OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        self.open_at(file_name, flags)
+    }
+
     fn open_at(&self, file_name: &str, flags: OFlag) -> io::Result<File> {
         let fd = openat(
             &self.fd,
             file_name,
             flags,
             Mode::from_bits_truncate(FILE_MODE),
-        )?;
+        )
+        .map_err(|e| self.named(file_name, e.into()))?;
         let file = File::from(fd);
-        if !file.metadata()?.is_file() {
+        let meta = file.metadata().map_err(|e| self.named(file_name, e))?;
+        if !meta.is_file() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!(
@@ -134,7 +223,23 @@ impl StateDir {
                 ),
             ));
         }
+        if self.shared && flags.contains(OFlag::O_CREAT) {
+            self.share(&file, FILE_MODE);
+        }
         Ok(file)
+    }
+
+    /// Renames `from` to `to` within this directory.
+    pub fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        nix::fcntl::renameat(&self.fd, from, &self.fd, to).map_err(|e| self.named(from, e.into()))
+    }
+
+    /// Removes `file_name`; one already gone is fine.
+    pub fn remove(&self, file_name: &str) -> io::Result<()> {
+        match nix::unistd::unlinkat(&self.fd, file_name, nix::unistd::UnlinkatFlags::NoRemoveDir) {
+            Ok(()) | Err(nix::errno::Errno::ENOENT) => Ok(()),
+            Err(e) => Err(self.named(file_name, e.into())),
+        }
     }
 
     /// The identity of `file_name` as the directory names it now, or `None` if it is gone.
@@ -145,7 +250,7 @@ impl StateDir {
                 ino: st.st_ino,
             })),
             Err(nix::errno::Errno::ENOENT) => Ok(None),
-            Err(e) => Err(e.into()),
+            Err(e) => Err(self.named(file_name, e.into())),
         }
     }
 
@@ -157,7 +262,7 @@ impl StateDir {
     /// The names of the files in the directory.
     pub fn file_names(&self) -> io::Result<Vec<String>> {
         let mut names = Vec::new();
-        for entry in std::fs::read_dir(&self.path)? {
+        for entry in std::fs::read_dir(&self.path).map_err(|e| self.named("", e))? {
             if let Ok(name) = entry?.file_name().into_string() {
                 names.push(name);
             }

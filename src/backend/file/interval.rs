@@ -1,0 +1,148 @@
+//! `--min-interval` on the file backend: `NAME.interval` records when the name last ran, under
+//! the file's lock. One host has one clock worth trusting for this: within a boot the boot clock
+//! (monotonic, unmoved by wall-clock steps, counting through suspend); across a reboot the wall
+//! clock. A record from the future (the wall clock went back) counts as too soon, never as a free
+//! pass.
+
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use super::state_dir::StateDir;
+use crate::backend::IntervalClaim;
+use crate::clock::BootInstant;
+
+/// A run's time, on both clocks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Stamp {
+    boot_id: String,
+    since_boot: Duration,
+    wall: Duration,
+}
+
+impl Stamp {
+    fn now() -> Stamp {
+        Stamp {
+            boot_id: boot_id().unwrap_or_default(),
+            since_boot: BootInstant::now().since_boot(),
+            wall: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap_or_default(),
+        }
+    }
+
+    fn encode(&self) -> String {
+        format!(
+            "{} {} {}\n",
+            if self.boot_id.is_empty() {
+                "-"
+            } else {
+                &self.boot_id
+            },
+            self.since_boot.as_nanos(),
+            self.wall.as_nanos()
+        )
+    }
+
+    fn decode(text: &str) -> Option<Stamp> {
+        let mut fields = text.split_whitespace();
+        let boot_id = fields.next()?.to_owned();
+        let nanos = |f: Option<&str>| f?.parse::<u64>().ok().map(Duration::from_nanos);
+        Some(Stamp {
+            boot_id: if boot_id == "-" {
+                String::new()
+            } else {
+                boot_id
+            },
+            since_boot: nanos(fields.next())?,
+            wall: nanos(fields.next())?,
+        })
+    }
+
+    /// How long before `now` this stamp was taken; `None` when it is from the future.
+    fn age(&self, now: &Stamp) -> Option<Duration> {
+        if !self.boot_id.is_empty() && self.boot_id == now.boot_id {
+            now.since_boot.checked_sub(self.since_boot)
+        } else {
+            now.wall.checked_sub(self.wall)
+        }
+    }
+}
+
+/// Records a run of the name whose record file is `file_name`, unless the last is younger than
+/// `interval`.
+pub fn claim(dir: &StateDir, file_name: &str, interval: Duration) -> io::Result<IntervalClaim> {
+    let file = dir.open_rw(file_name)?;
+    file.lock().map_err(|e| dir.named(file_name, e))?;
+    let mut buf = [0u8; 128];
+    let len = file.read_at(&mut buf, 0)?;
+    let now = Stamp::now();
+    if let Some(last) = std::str::from_utf8(&buf[..len])
+        .ok()
+        .and_then(Stamp::decode)
+    {
+        match last.age(&now) {
+            Some(ago) if ago >= interval => {}
+            ago => {
+                return Ok(IntervalClaim::TooSoon {
+                    ago: ago.unwrap_or_default(),
+                });
+            }
+        }
+    }
+    let text = now.encode();
+    file.set_len(0)?;
+    file.write_all_at(text.as_bytes(), 0)?;
+    Ok(IntervalClaim::Claimed)
+}
+
+/// This boot's id, from the kernel.
+fn boot_id() -> Option<String> {
+    let id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    Some(id.trim().to_owned()).filter(|id| !id.is_empty() && !id.contains(' '))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_claim_within_the_interval_is_too_soon() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = StateDir::open(&tmp.path().join("s")).unwrap();
+        let minute = Duration::from_secs(60);
+        assert_eq!(
+            claim(&dir, "n.interval", minute).unwrap(),
+            IntervalClaim::Claimed
+        );
+        assert!(matches!(
+            claim(&dir, "n.interval", minute).unwrap(),
+            IntervalClaim::TooSoon { .. }
+        ));
+        assert_eq!(
+            claim(&dir, "n.interval", Duration::from_nanos(1)).unwrap(),
+            IntervalClaim::Claimed
+        );
+    }
+
+    #[test]
+    fn ages_use_the_boot_clock_within_a_boot_and_refuse_the_future() {
+        let at = |boot: &str, since: u64, wall: u64| Stamp {
+            boot_id: boot.into(),
+            since_boot: Duration::from_secs(since),
+            wall: Duration::from_secs(wall),
+        };
+        // Same boot: the wall clock's jump back by an hour changes nothing.
+        assert_eq!(
+            at("b", 100, 10_000).age(&at("b", 160, 6_400)),
+            Some(Duration::from_secs(60))
+        );
+        // Another boot: the wall clock decides; a record from the future is no age at all.
+        assert_eq!(
+            at("a", 100, 1_000).age(&at("b", 5, 1_030)),
+            Some(Duration::from_secs(30))
+        );
+        assert_eq!(at("a", 100, 2_000).age(&at("b", 5, 1_000)), None);
+        assert_eq!(Stamp::decode(&at("b", 1, 2).encode()), Some(at("b", 1, 2)));
+    }
+}

@@ -1,0 +1,354 @@
+//! The line of one name on the file backend: first come, first served across modes, so a waiting
+//! exclusive holder is never starved by shared holders that came after it, and `--supersede`
+//! waiters can see who came after them.
+//!
+//! The line is the directory `NAME.line`. A waiter's place is a ticket file in it, named
+//! `T<ticket>-<mode>` (`x` exclusive, `s` shared, then `s` again for `--supersede`), holding the
+//! waiter's record; the waiter keeps an exclusive `flock` on it for as long as it stands in line,
+//! so a waiter that died is seen at once (its lock is gone) and its file is cleared by the next
+//! one to look. A ticket file appears complete and locked: it is written under a temporary name
+//! and renamed into place. Tickets come from the counter file `NAME.tickets`, under its lock.
+//!
+//! The rules are the same as on every backend: an exclusive waiter may try for a slot when fewer
+//! live waiters are ahead of it than `--limit`; a shared waiter when no live exclusive waiter is
+//! ahead of it. A waiter that may not try yet watches only the tickets that stand in its way (the
+//! last `--limit` ahead, or the last exclusive one ahead), so one leaving wakes only its
+//! followers, never the whole line. Shared holders keep their records here too, as `H<token>`
+//! files they hold locked.
+
+use std::fs::{File, TryLockError};
+use std::io::{self, Write};
+use std::os::unix::fs::FileExt;
+
+use super::paths;
+use super::state_dir::StateDir;
+use crate::backend::{HolderInfo, Mode};
+use crate::name::LockName;
+
+/// Prefix of a waiter's ticket file.
+const TICKET: &str = "T";
+/// Prefix of a shared holder's record file.
+const HOLDER: &str = "H";
+
+/// One waiter in line, as its ticket file names it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    pub ticket: u64,
+    pub mode: Mode,
+    pub supersede: bool,
+}
+
+impl Entry {
+    /// The ticket file's name.
+    pub fn file_name(&self) -> String {
+        let mode = match self.mode {
+            Mode::Exclusive => "x",
+            Mode::Shared => "s",
+        };
+        let supersede = if self.supersede { "s" } else { "" };
+        format!("{TICKET}{:020}-{mode}{supersede}", self.ticket)
+    }
+
+    /// The entry a file name stands for, or `None` for any other file.
+    pub fn parse(file_name: &str) -> Option<Entry> {
+        let rest = file_name.strip_prefix(TICKET)?;
+        let (ticket, flags) = rest.split_once('-')?;
+        let (mode, supersede) = match flags {
+            "x" => (Mode::Exclusive, false),
+            "s" => (Mode::Shared, false),
+            "xs" => (Mode::Exclusive, true),
+            "ss" => (Mode::Shared, true),
+            _ => return None,
+        };
+        Some(Entry {
+            ticket: ticket.parse().ok()?,
+            mode,
+            supersede,
+        })
+    }
+}
+
+/// The name of a shared holder's record file.
+pub fn holder_file(token: u64) -> String {
+    format!("{HOLDER}{token:020}")
+}
+
+/// Whether a file of the line is a shared holder's record.
+pub fn is_holder_file(file_name: &str) -> bool {
+    file_name
+        .strip_prefix(HOLDER)
+        .is_some_and(|t| t.parse::<u64>().is_ok())
+}
+
+/// A place in line, held: the ticket file, locked.
+pub struct Place {
+    pub entry: Entry,
+    _file: File,
+}
+
+/// What a look at the line found for one place.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// It is this waiter's turn to try for the lock.
+    Turn,
+    /// Not yet: these ticket files stand in the way (watch them).
+    Behind(Vec<String>),
+    /// A newer `--supersede` waiter joined: its ticket file.
+    Superseded(String),
+}
+
+/// One name's line.
+pub struct Line {
+    pub dir: StateDir,
+}
+
+impl Line {
+    /// The line of `name`, its directory created if missing.
+    pub fn open(state: &StateDir, name: &LockName) -> io::Result<Line> {
+        Ok(Line {
+            dir: state.subdir(&paths::line_dir(name))?,
+        })
+    }
+
+    /// The line of `name` if its directory exists.
+    pub fn existing(state: &StateDir, name: &LockName) -> io::Result<Option<Line>> {
+        Ok(state
+            .existing_subdir(&paths::line_dir(name))?
+            .map(|dir| Line { dir }))
+    }
+
+    /// Whether nobody may be waiting for `name` (no ticket at all; a dead waiter's ticket counts
+    /// until someone who joins clears it).
+    pub fn is_empty(state: &StateDir, name: &LockName) -> io::Result<bool> {
+        match Self::existing(state, name)? {
+            None => Ok(true),
+            Some(line) => Ok(line.entries()?.is_empty()),
+        }
+    }
+
+    /// Joins the line with a new ticket holding `record`.
+    pub fn join(
+        &self,
+        state: &StateDir,
+        name: &LockName,
+        mode: Mode,
+        supersede: bool,
+        record: &HolderInfo,
+    ) -> io::Result<Place> {
+        let entry = Entry {
+            ticket: next_ticket(state, &paths::ticket_counter(name))?,
+            mode,
+            supersede,
+        };
+        let temporary = format!(".joining-{}-{}", std::process::id(), entry.ticket);
+        let mut file = self.dir.create_new(&temporary)?;
+        file.lock().map_err(|e| self.dir.named(&temporary, e))?;
+        file.write_all(record.encode().as_bytes())?;
+        self.dir.rename(&temporary, &entry.file_name())?;
+        Ok(Place { entry, _file: file })
+    }
+
+    /// Leaves the line: the ticket file goes, then its lock.
+    pub fn leave(&self, place: Place) {
+        if let Err(e) = self.dir.remove(&place.entry.file_name()) {
+            crate::debug!("cannot leave the line: {e}");
+        }
+    }
+
+    /// Wakes `entry`'s owner (a `--supersede` waiter that a newer one replaces): its ticket
+    /// file's times change, which it watches.
+    pub fn poke(&self, entry: &Entry) {
+        if let Ok(Some(file)) = self.dir.open_existing(&entry.file_name()) {
+            let _ = file.set_modified(std::time::SystemTime::now());
+        }
+    }
+
+    /// The tickets in line, oldest first (live or not).
+    pub fn entries(&self) -> io::Result<Vec<Entry>> {
+        let mut entries: Vec<Entry> = self
+            .dir
+            .file_names()?
+            .iter()
+            .filter_map(|n| Entry::parse(n))
+            .collect();
+        entries.sort_by_key(|e| e.ticket);
+        Ok(entries)
+    }
+
+    /// Whether `entry`'s waiter is still there; a ticket whose waiter died is removed.
+    fn alive(&self, entry: &Entry) -> io::Result<bool> {
+        let name = entry.file_name();
+        let Some(file) = self.dir.open_existing(&name)? else {
+            return Ok(false);
+        };
+        match file.try_lock_shared() {
+            Err(TryLockError::WouldBlock) => Ok(true),
+            Ok(()) => {
+                // Its waiter is gone (its lock went with it): clear the ticket.
+                self.dir.remove(&name)?;
+                Ok(false)
+            }
+            Err(TryLockError::Error(e)) => Err(self.dir.named(&name, e)),
+        }
+    }
+
+    /// Whether it is `place`'s turn under the rules (see the module), what stands in its way if
+    /// not, and whether a newer `--supersede` waiter replaced it.
+    pub fn look(&self, place: &Place, limit: u32) -> io::Result<Verdict> {
+        let entries = self.entries()?;
+        let me = place.entry.ticket;
+        if place.entry.supersede {
+            for newer in entries.iter().filter(|e| e.ticket > me && e.supersede) {
+                if self.alive(newer)? {
+                    return Ok(Verdict::Superseded(newer.file_name()));
+                }
+            }
+        }
+        let ahead = entries.iter().rev().filter(|e| e.ticket < me);
+        match place.entry.mode {
+            Mode::Exclusive => {
+                let mut blocking = Vec::new();
+                for entry in ahead {
+                    if self.alive(entry)? {
+                        blocking.push(entry.file_name());
+                        if blocking.len() >= limit as usize {
+                            return Ok(Verdict::Behind(blocking));
+                        }
+                    }
+                }
+                Ok(Verdict::Turn)
+            }
+            Mode::Shared => {
+                for entry in ahead.filter(|e| e.mode == Mode::Exclusive) {
+                    if self.alive(entry)? {
+                        return Ok(Verdict::Behind(vec![entry.file_name()]));
+                    }
+                }
+                Ok(Verdict::Turn)
+            }
+        }
+    }
+
+    /// The record in a file of the line (a ticket or a shared holder's record).
+    pub fn record(&self, file_name: &str) -> Option<HolderInfo> {
+        let file = self.dir.open_existing(file_name).ok()??;
+        let mut buf = vec![0u8; 8192];
+        let len = file.read_at(&mut buf, 0).ok()?;
+        Some(HolderInfo::decode(&buf[..len]))
+    }
+}
+
+/// The next ticket from the counter file, under its lock (tickets only order waiters: they need
+/// not survive a reboot, so the counter is not flushed).
+fn next_ticket(state: &StateDir, file_name: &str) -> io::Result<u64> {
+    let file = state.open_rw(file_name)?;
+    file.lock().map_err(|e| state.named(file_name, e))?;
+    let mut buf = [0u8; 24];
+    let len = file.read_at(&mut buf, 0)?;
+    let last: u64 = std::str::from_utf8(&buf[..len])
+        .ok()
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or(0);
+    let next = last + 1;
+    file.write_all_at(format!("{next:020}\n").as_bytes(), 0)?;
+    Ok(next)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state() -> (tempfile::TempDir, StateDir) {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = StateDir::open(&tmp.path().join("state")).unwrap();
+        (tmp, dir)
+    }
+
+    fn record() -> HolderInfo {
+        HolderInfo::current(None, Mode::Exclusive)
+    }
+
+    #[test]
+    fn ticket_names_round_trip() {
+        for (mode, supersede) in [
+            (Mode::Exclusive, false),
+            (Mode::Shared, true),
+            (Mode::Exclusive, true),
+        ] {
+            let entry = Entry {
+                ticket: 42,
+                mode,
+                supersede,
+            };
+            assert_eq!(Entry::parse(&entry.file_name()), Some(entry));
+        }
+        assert_eq!(Entry::parse("H00000000000000000001"), None);
+        assert_eq!(Entry::parse(".joining-1-2"), None);
+        assert!(is_holder_file(&holder_file(7)));
+    }
+
+    #[test]
+    fn writers_wait_for_everyone_ahead_and_readers_only_for_writers() {
+        let (_tmp, state) = state();
+        let name = LockName::parse("n").unwrap();
+        let line = Line::open(&state, &name).unwrap();
+        let join = |mode| line.join(&state, &name, mode, false, &record()).unwrap();
+        let r1 = join(Mode::Shared);
+        let w1 = join(Mode::Exclusive);
+        let r2 = join(Mode::Shared);
+        assert_eq!(line.look(&r1, 1).unwrap(), Verdict::Turn);
+        assert_eq!(
+            line.look(&w1, 1).unwrap(),
+            Verdict::Behind(vec![r1.entry.file_name()])
+        );
+        assert_eq!(
+            line.look(&r2, 1).unwrap(),
+            Verdict::Behind(vec![w1.entry.file_name()])
+        );
+        line.leave(r1);
+        assert_eq!(line.look(&w1, 1).unwrap(), Verdict::Turn);
+        // With --limit 2, one waiter ahead is fine.
+        let w2 = join(Mode::Exclusive);
+        assert_eq!(
+            line.look(&w2, 2).unwrap(),
+            Verdict::Behind(vec![r2.entry.file_name(), w1.entry.file_name()])
+        );
+    }
+
+    #[test]
+    fn a_dead_waiters_ticket_is_cleared_and_a_newer_superseder_replaces() {
+        let (_tmp, state) = state();
+        let name = LockName::parse("n").unwrap();
+        let line = Line::open(&state, &name).unwrap();
+        let old = line
+            .join(&state, &name, Mode::Exclusive, true, &record())
+            .unwrap();
+        let dead = line
+            .join(&state, &name, Mode::Exclusive, false, &record())
+            .unwrap();
+        let dead_name = dead.entry.file_name();
+        drop(dead); // as if its process died: the lock goes, the file stays
+        let me = line
+            .join(&state, &name, Mode::Exclusive, false, &record())
+            .unwrap();
+        assert_eq!(
+            line.look(&me, 1).unwrap(),
+            Verdict::Behind(vec![old.entry.file_name()])
+        );
+        assert!(
+            !line
+                .entries()
+                .unwrap()
+                .iter()
+                .any(|e| e.file_name() == dead_name),
+            "the dead ticket was cleared"
+        );
+        let newer = line
+            .join(&state, &name, Mode::Exclusive, true, &record())
+            .unwrap();
+        assert_eq!(
+            line.look(&old, 1).unwrap(),
+            Verdict::Superseded(newer.entry.file_name())
+        );
+    }
+}
