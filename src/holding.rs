@@ -71,6 +71,16 @@ pub async fn run(config: RunConfig) -> Result<u8, Error> {
         grant.token,
         grant.slot
     );
+    if let Some(granted) = grant.ttl
+        && granted != config.timing.ttl
+    {
+        crate::info!(
+            "the backend granted a {} lease for the {} asked for (its minimum); the command is told {} ms",
+            duration(granted),
+            duration(config.timing.ttl),
+            granted.as_millis()
+        );
+    }
     if let Some(interval) = config.min_interval
         && let Err(e) = claim_interval(&*backend, &config, interval).await
     {

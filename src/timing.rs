@@ -15,6 +15,8 @@ use std::time::Duration;
 use crate::clock::BootInstant;
 
 const MIN_MARGIN: Duration = Duration::from_millis(20);
+/// The shortest renewal interval: anything shorter renews in a busy loop.
+pub const MIN_RENEW: Duration = Duration::from_millis(10);
 const MAX_MARGIN: Duration = Duration::from_secs(2);
 const MAX_DEFAULT_KILL_AFTER: Duration = Duration::from_secs(10);
 
@@ -35,7 +37,6 @@ impl Timing {
         renew: Option<Duration>,
         kill_after: Option<Duration>,
     ) -> Result<Self, String> {
-        let margin = margin(ttl);
         let show = |d: Duration| humantime::format_duration(d).to_string();
         if let Some(r) = renew
             && r >= ttl
@@ -55,11 +56,25 @@ impl Timing {
                 show(ttl)
             ));
         }
-        let chosen_renew = renew.unwrap_or(ttl / 3);
-        let room = ttl.saturating_sub(margin).saturating_sub(chosen_renew);
-        let chosen_kill =
-            kill_after.unwrap_or_else(|| (ttl / 4).min(MAX_DEFAULT_KILL_AFTER).min(room / 2));
-        if chosen_kill.is_zero() || chosen_renew + chosen_kill + margin >= ttl {
+        if let Some(r) = renew
+            && r < MIN_RENEW
+        {
+            return Err(format!(
+                "invalid --renew {}: must be at least {} (a renewal is a request to the backend)",
+                show(r),
+                show(MIN_RENEW)
+            ));
+        }
+        let (chosen_renew, chosen_kill) = choose(ttl, renew, kill_after);
+        let too_short = !fits(ttl, chosen_renew, chosen_kill);
+        if too_short && renew.is_none() && kill_after.is_none() {
+            return Err(format!(
+                "invalid --ttl {}: too short to renew the lease and stop the command in time; use at least {}",
+                show(ttl),
+                show(shortest_ttl())
+            ));
+        }
+        if too_short {
             return Err(format!(
                 "--renew {} and --kill-after {} leave no time to stop the command before the {} lease ends; \
                  shorten them or raise --ttl",
@@ -99,6 +114,34 @@ impl Timing {
     }
 }
 
+/// The renewal interval and grace for `ttl`: the user's, or defaults that fit.
+fn choose(
+    ttl: Duration,
+    renew: Option<Duration>,
+    kill_after: Option<Duration>,
+) -> (Duration, Duration) {
+    let renew = renew.unwrap_or(ttl / 3);
+    let room = ttl.saturating_sub(margin(ttl)).saturating_sub(renew);
+    let kill = kill_after.unwrap_or_else(|| (ttl / 4).min(MAX_DEFAULT_KILL_AFTER).min(room / 2));
+    (renew, kill)
+}
+
+/// Whether renewing every `renew`, then a grace of `kill` and the margin, fit inside `ttl`.
+fn fits(ttl: Duration, renew: Duration, kill: Duration) -> bool {
+    !kill.is_zero() && renew >= MIN_RENEW && renew + kill + margin(ttl) < ttl
+}
+
+/// The shortest TTL whose default renewal, grace and margin fit, to the millisecond.
+fn shortest_ttl() -> Duration {
+    (1..=60_000)
+        .map(Duration::from_millis)
+        .find(|&ttl| {
+            let (renew, kill) = choose(ttl, None, None);
+            fits(ttl, renew, kill)
+        })
+        .unwrap_or(Duration::from_secs(60))
+}
+
 fn margin(ttl: Duration) -> Duration {
     (ttl / 10).clamp(MIN_MARGIN, MAX_MARGIN)
 }
@@ -110,14 +153,21 @@ mod tests {
     const S: fn(u64) -> Duration = Duration::from_secs;
 
     #[test]
-    fn defaults_fit_inside_the_ttl() {
-        for ttl in [Duration::from_millis(200), S(1), S(15), S(60), S(3600)] {
+    fn defaults_fit_inside_every_ttl_from_the_shortest_up() {
+        let shortest = shortest_ttl();
+        assert!(Timing::new(shortest - Duration::from_millis(1), None, None).is_err());
+        let mut ttl = shortest;
+        while ttl < S(7200) {
             let t = Timing::new(ttl, None, None).unwrap();
+            // A renewal sent at the last moment, its whole grace and the margin end before expiry.
             assert!(t.renew + t.kill_after + t.margin() < ttl, "{t:?}");
-            assert!(t.kill_after > Duration::ZERO);
+            assert!(
+                t.renew >= MIN_RENEW && t.kill_after > Duration::ZERO,
+                "{t:?}"
+            );
+            assert!(t.kill_after <= MAX_DEFAULT_KILL_AFTER, "{t:?}");
+            ttl = ttl * 3 / 2 + Duration::from_millis(1);
         }
-        let t = Timing::new(S(15), None, None).unwrap();
-        assert_eq!((t.renew, t.kill_after), (S(5), Duration::from_millis(3750)));
     }
 
     #[test]
@@ -133,6 +183,16 @@ mod tests {
                 .contains("--kill-after")
         );
         assert!(Timing::new(S(10), Some(S(6)), Some(S(4))).is_err());
+        let err = Timing::new(Duration::from_millis(10), None, None).unwrap_err();
+        assert!(
+            err.starts_with("invalid --ttl 10ms") && err.contains("at least 3"),
+            "{err}"
+        );
+        assert!(
+            Timing::new(S(1), Some(Duration::from_nanos(1)), None)
+                .unwrap_err()
+                .contains("at least 10ms")
+        );
         // A long --renew shrinks the default grace rather than failing.
         let t = Timing::new(S(10), Some(S(8)), None).unwrap();
         assert!(t.renew + t.kill_after + t.margin() < S(10));

@@ -286,16 +286,64 @@ fn ignore_sigttou() -> Option<SigHandler> {
     unsafe { signal(Signal::SIGTTOU, SigHandler::SigIgn) }.ok()
 }
 
-/// Maps a failed exec to the shell's statuses: 127 not found, 126 cannot execute.
+/// Maps a failed exec to the shell's statuses (127 not found, 126 cannot execute), saying what
+/// was not found and pointing at `sh -c` when the command looks like shell syntax.
 fn spawn_error(program: &OsString, e: &io::Error) -> Error {
-    let program = program.to_string_lossy();
+    let shown = program.to_string_lossy();
     let (code, what) = match e.kind() {
-        io::ErrorKind::NotFound => (exit::NOT_FOUND, "command not found".to_owned()),
-        io::ErrorKind::PermissionDenied => (exit::NOT_EXECUTABLE, "permission denied".to_owned()),
+        io::ErrorKind::NotFound => (exit::NOT_FOUND, not_found(program)),
+        io::ErrorKind::PermissionDenied => (
+            exit::NOT_EXECUTABLE,
+            "permission denied (is it executable? chmod +x, or run it with its interpreter)"
+                .to_owned(),
+        ),
         _ => (exit::NOT_EXECUTABLE, crate::messages::io(e)),
     };
     Error::Spawn {
-        message: format!("cannot run {program:?}: {what}"),
+        message: format!("cannot run {shown:?}: {what}"),
         code,
     }
+}
+
+/// Shell builtins that people run as commands by mistake.
+const BUILTINS: [&str; 16] = [
+    "cd", "export", "source", ".", "alias", "set", "unset", "ulimit", "umask", "eval", "exec",
+    "exit", "read", "wait", "trap", "shopt",
+];
+
+/// Why `program` was not found: no such file, a missing `#!` interpreter, a builtin, a whole
+/// command line in one word, or nothing of that name on `$PATH`.
+fn not_found(program: &OsString) -> String {
+    let text = program.to_string_lossy();
+    if text.contains(char::is_whitespace) {
+        return format!("no command is named that: to run a command line, use -- sh -c {text:?}");
+    }
+    if BUILTINS.contains(&text.as_ref()) {
+        return format!("{text} is a shell builtin, not a program: use -- sh -c '{text} ...'");
+    }
+    if !text.contains('/') {
+        return "command not found (not on $PATH)".to_owned();
+    }
+    let path = std::path::Path::new(program);
+    if !path.exists() {
+        return "no such file".to_owned();
+    }
+    match interpreter(path) {
+        Some(interpreter) => {
+            format!("its interpreter {interpreter} (from its #! line) was not found")
+        }
+        None => "the file exists but cannot be executed here (a missing loader or interpreter?)"
+            .to_owned(),
+    }
+}
+
+/// The interpreter named on a script's `#!` line.
+fn interpreter(path: &std::path::Path) -> Option<String> {
+    use std::io::Read;
+    let mut head = [0u8; 256];
+    let len = std::fs::File::open(path).ok()?.read(&mut head).ok()?;
+    let line = head[..len].strip_prefix(b"#!")?;
+    let line = line.split(|&b| b == b'\n').next()?;
+    let text = String::from_utf8_lossy(line);
+    text.split_whitespace().next().map(str::to_owned)
 }
