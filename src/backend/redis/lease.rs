@@ -21,6 +21,11 @@ use crate::backend::waiting::line::Doorbell;
 use crate::backend::waiting::policy::{SAFETY_RECHECK, renew_timeout};
 use crate::backend::{BackendError, Grant, Lease, Mode, RenewError, Renewal};
 
+/// How long after the command started the holder begins listening for a forced release: a
+/// short command never needs the second connection, and the check that follows the subscription
+/// covers a release that came before it.
+const LISTEN_AFTER: Duration = Duration::from_millis(250);
+
 /// A slot or shared hold of this run.
 pub struct RedisLease {
     link: Arc<Link>,
@@ -29,6 +34,8 @@ pub struct RedisLease {
     owner: String,
     ttl_ms: u64,
     grant: Grant,
+    /// The subscription to this holder's revocation channel, once made.
+    revocations: tokio::sync::Mutex<Option<Subscription>>,
 }
 
 impl RedisLease {
@@ -41,6 +48,7 @@ impl RedisLease {
             owner,
             ttl_ms: ttl.as_millis().try_into().unwrap_or(u64::MAX),
             grant,
+            revocations: tokio::sync::Mutex::new(None),
         }
     }
 }
@@ -105,13 +113,23 @@ impl Lease for RedisLease {
     }
 
     async fn revoked(&self) {
+        let mut subscription = self.revocations.lock().await;
+        if let Some(current) = subscription.as_mut() {
+            if current.rung().await {
+                return;
+            }
+            crate::debug!("the revocation channel broke; listening again");
+            *subscription = None;
+        }
+        tokio::time::sleep(LISTEN_AFTER).await;
         let channel = format!("{}{}", self.keys.revoke_prefix(), self.owner);
         loop {
             match Subscription::open(&self.link, &channel).await {
-                Ok(mut subscription) => {
-                    if subscription.rung().await {
-                        return;
-                    }
+                Ok(made) => {
+                    *subscription = Some(made);
+                    // Resolving now makes the supervisor check at once: a release that came
+                    // before the subscription is found too.
+                    return;
                 }
                 Err(e) => crate::debug!("cannot listen for a forced release ({e})"),
             }
