@@ -1,9 +1,7 @@
 //! Bad input through the real binary: every usage error exits 64 with one lowercase line naming
 //! the problem, and runs nothing.
 
-mod common;
-
-use common::{Drive, FileEnv, code, lockrun, text};
+use crate::support::common::{Drive, FileEnv, code, lockrun, text};
 
 /// Each case: arguments (the command, when one is reached, would create a marker file), and a
 /// word the message must contain.

@@ -3,16 +3,13 @@
 //! (which the kernel never does) is seen as the lease running out. Uses libfaketime, from
 //! Debian's `faketime` package, with a time file re-read on every call.
 
-mod common;
-mod support;
-
 use std::time::Duration;
 
-use common::{Drive, code, text, wait_exit};
-use support::redis_server::RedisServer;
-use support::world::SOON;
+use crate::support::common::{Drive, code, text, wait_exit};
+use crate::support::redis_server::RedisServer;
+use crate::support::world::SOON;
 
-type World = support::world::World<RedisServer>;
+type World = crate::support::world::World<RedisServer>;
 
 const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
 

@@ -1,14 +1,11 @@
 //! `lockrun drill`, run for real: two real lockrun holders against a private file state directory,
 //! a real `redis-server`, a real PostgreSQL and a real etcd member, each started per test.
 
-mod common;
-mod support;
-
-use common::{Drive, FileEnv, code, text};
-use support::etcd_cluster::EtcdCluster;
-use support::postgres_server::PgServer;
-use support::redis_server::RedisServer;
-use support::world::World;
+use crate::support::common::{Drive, FileEnv, code, text};
+use crate::support::etcd_cluster::EtcdCluster;
+use crate::support::postgres_server::PgServer;
+use crate::support::redis_server::RedisServer;
+use crate::support::world::World;
 
 /// Runs the drill and asserts that it passed; returns its stdout.
 fn passes(out: std::process::Output) -> String {
@@ -136,16 +133,17 @@ fn bad_input_and_a_name_in_use_run_nothing() {
         assert_eq!(code(&out), 64, "{args:?}: {}", text(&out.stderr));
         assert!(out.stdout.is_empty());
     }
-    let out = common::lockrun()
+    let out = crate::support::common::lockrun()
         .args(["--backend", "redis://127.0.0.1:1", "drill"])
         .output()
         .unwrap();
     assert_eq!(code(&out), 69, "{}", text(&out.stderr));
     assert!(out.stdout.is_empty());
     let mut holder = env.spawn(["--name", "taken", "--", "sleep", "30"]);
-    assert!(common::wait_until(support::world::SOON, || {
-        env.status("taken")["held"] == true
-    }));
+    assert!(crate::support::common::wait_until(
+        crate::support::world::SOON,
+        || { env.status("taken")["held"] == true }
+    ));
     let out = env.run(["drill", "--name", "taken"]);
     assert_eq!(code(&out), 75, "{}", text(&out.stderr));
     assert!(
@@ -165,7 +163,7 @@ fn the_probe_is_hidden_and_fences() {
     assert!(!help.contains("drill-probe"), "{help}");
     let store = env.scratch("store");
     let probe = |token: &str| {
-        let mut cmd = common::lockrun();
+        let mut cmd = crate::support::common::lockrun();
         code(
             &cmd.arg("drill-probe")
                 .arg(&store)

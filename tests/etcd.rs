@@ -2,9 +2,6 @@
 //! started per test (never one that happens to run on the machine): one member, or a three-member
 //! cluster on loopback for failover.
 
-mod common;
-mod support;
-
 use std::path::Path;
 use std::process::Child;
 use std::time::{Duration, Instant};
@@ -12,14 +9,16 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use common::{Drive, alive, code, lockrun, text, wait_exit, wait_for_file, wait_until};
-use support::etcd_cluster::{EtcdCluster, free_port};
-use support::proxy::Proxy;
-use support::redis_server::make_certificates;
-use support::scenarios;
-use support::world::{SOON, assert_stopped_before_expiry, tokens_in};
+use crate::support::common::{
+    Drive, alive, code, lockrun, text, wait_exit, wait_for_file, wait_until,
+};
+use crate::support::etcd_cluster::{EtcdCluster, free_port};
+use crate::support::proxy::Proxy;
+use crate::support::redis_server::make_certificates;
+use crate::support::scenarios;
+use crate::support::world::{SOON, assert_stopped_before_expiry, tokens_in};
 
-type World = support::world::World<EtcdCluster>;
+type World = crate::support::world::World<EtcdCluster>;
 
 #[test]
 fn tokens_reach_the_child_and_strictly_increase() {

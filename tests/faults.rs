@@ -21,9 +21,6 @@
 //! The proxy's own faults are checked too, against a local echo server, so that no drill passes
 //! because a fault silently did nothing.
 
-mod common;
-mod support;
-
 use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -34,12 +31,14 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use common::{Drive, alive, code, lockrun, text, wait_exit, wait_for_file, wait_until};
-use support::etcd_cluster::EtcdCluster;
-use support::postgres_server::PgServer;
-use support::proxy::{Direction, Proxy};
-use support::redis_server::RedisServer;
-use support::world::{Holder, SOON, Server, World};
+use crate::support::common::{
+    Drive, alive, code, lockrun, text, wait_exit, wait_for_file, wait_until,
+};
+use crate::support::etcd_cluster::EtcdCluster;
+use crate::support::postgres_server::PgServer;
+use crate::support::proxy::{Direction, Proxy};
+use crate::support::redis_server::RedisServer;
+use crate::support::world::{Holder, SOON, Server, World};
 
 /// The lease every drill asks for (etcd's minimum with its default timing).
 const TTL: &str = "2s";

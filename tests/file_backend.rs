@@ -1,13 +1,11 @@
 //! The embedded `file://` backend through the real binary: mutual exclusion, tokens, semaphores,
 //! waiting, status and list, and what happens to the files.
 
-mod common;
-
 use std::os::unix::fs::PermissionsExt;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{Drive, FileEnv, code, lockrun, text, wait_exit, wait_until};
+use crate::support::common::{Drive, FileEnv, code, lockrun, text, wait_exit, wait_until};
 
 #[test]
 fn the_command_gets_its_token_name_ttl_and_slot() {
@@ -109,7 +107,7 @@ fn concurrent_read_modify_write_loses_no_update_and_tokens_rise_in_order() {
                 .arg("-c")
                 .arg(format!(
                     "for i in 1 2 3 4 5 6 7 8; do {} --backend {} --name rmw -- sh -c '{section}' || exit 1; done",
-                    common::BIN,
+                    crate::support::common::BIN,
                     env.url()
                 ))
                 .stdin(Stdio::null())
@@ -471,7 +469,7 @@ fn a_new_user_with_an_empty_home_gets_a_private_state_directory() {
     nix::unistd::chown(home.path(), Some(65534.into()), Some(65534.into())).unwrap();
     let out = std::process::Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-        .arg(common::BIN)
+        .arg(crate::support::common::BIN)
         .args(["--name", "demo", "--", "sh", "-c", "echo $FENCING_TOKEN"])
         .env_clear()
         .env("HOME", home.path())

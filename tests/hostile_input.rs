@@ -2,9 +2,7 @@
 //! failure reproduces) never panic the parsers, and through the real binary every bad one is a
 //! single-line usage error (exit 64) that runs nothing and never echoes a password.
 
-mod common;
-
-use common::{Drive, FileEnv, code, lockrun, text};
+use crate::support::common::{Drive, FileEnv, code, lockrun, text};
 use lockrun::backend::BackendSpec;
 use lockrun::name::LockName;
 

@@ -1,21 +1,20 @@
 //! The `postgres://` backend, driven through the real `lockrun` binary against a real PostgreSQL
 //! cluster started per test (never one that happens to run on the machine).
 
-mod common;
-mod support;
-
 use std::process::Child;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 
-use common::{Drive, alive, code, lockrun, text, wait_exit, wait_for_file, wait_until};
-use support::postgres_server::{PgServer, free_port};
-use support::proxy::Proxy;
-use support::scenarios;
-use support::world::{SOON, assert_stopped_before_expiry, tokens_in};
+use crate::support::common::{
+    Drive, alive, code, lockrun, text, wait_exit, wait_for_file, wait_until,
+};
+use crate::support::postgres_server::{PgServer, free_port};
+use crate::support::proxy::Proxy;
+use crate::support::scenarios;
+use crate::support::world::{SOON, assert_stopped_before_expiry, tokens_in};
 
-type World = support::world::World<PgServer>;
+type World = crate::support::world::World<PgServer>;
 
 #[test]
 fn tokens_reach_the_child_and_strictly_increase_across_a_restart() {

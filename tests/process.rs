@@ -1,12 +1,12 @@
 //! The command's life under lockrun, through the real binary: exit statuses, signal forwarding,
 //! the parent-death signal, and descriptors that must not leak to the command's descendants.
 
-mod common;
-
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
-use common::{Drive, FileEnv, alive, code, text, wait_exit, wait_for_file, wait_until};
+use crate::support::common::{
+    Drive, FileEnv, alive, code, text, wait_exit, wait_for_file, wait_until,
+};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
@@ -242,7 +242,7 @@ fn an_interactive_command_can_read_the_terminal() {
     let env = FileEnv::new();
     let inner = format!(
         "{} --backend {} --name tty -- sh -c 'read line; echo got $line'",
-        common::BIN,
+        crate::support::common::BIN,
         env.url()
     );
     let mut run = std::process::Command::new("script")

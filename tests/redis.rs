@@ -1,22 +1,19 @@
 //! The `redis://` backend, driven through the real `lockrun` binary against a real `redis-server`
 //! started per test (never one that happens to run on the machine).
 
-mod common;
-mod support;
-
 use std::process::Child;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 
-use common::{Drive, alive, code, lockrun, text, wait_exit, wait_until};
-use support::proxy::Proxy;
-use support::redis_server::{RedisServer, free_port, make_certificates};
-use support::scenarios;
-use support::world::{SOON, assert_stopped_before_expiry, tokens_in};
+use crate::support::common::{Drive, alive, code, lockrun, text, wait_exit, wait_until};
+use crate::support::proxy::Proxy;
+use crate::support::redis_server::{RedisServer, free_port, make_certificates};
+use crate::support::scenarios;
+use crate::support::world::{SOON, assert_stopped_before_expiry, tokens_in};
 
-type World = support::world::World<RedisServer>;
+type World = crate::support::world::World<RedisServer>;
 
 #[test]
 fn tokens_reach_the_child_and_strictly_increase() {

@@ -12,7 +12,7 @@ use std::time::Duration;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use crate::common::wait_until;
+use crate::support::common::wait_until;
 
 /// How long a member (or the whole cluster) may take to become healthy.
 const READY: Duration = Duration::from_secs(20);
@@ -44,6 +44,10 @@ pub struct EtcdCluster {
     client_auth: bool,
 }
 
+#[expect(
+    dead_code,
+    reason = "issue 19: the frozen-server tests do not cover this backend yet"
+)]
 impl EtcdCluster {
     /// One member, etcd's default timing.
     pub fn single() -> Self {
@@ -234,13 +238,6 @@ impl EtcdCluster {
             .args(args)
             .output()
             .expect("run etcdctl")
-    }
-
-    /// The members' logs, for failure messages.
-    pub fn log(&self, i: usize) -> PathBuf {
-        self.dir
-            .path()
-            .join(format!("{}.log", self.members[i].name))
     }
 }
 

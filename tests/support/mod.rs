@@ -2,8 +2,7 @@
 //! that can go silent.
 //! The proxy also delays, resets connections and loses replies, for the drills in `faults.rs`.
 
-#![allow(dead_code)] // each test binary uses a different subset
-
+pub mod common;
 pub mod etcd_cluster;
 pub mod postgres_server;
 pub mod proxy;

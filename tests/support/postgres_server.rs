@@ -8,14 +8,14 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::{Pid, User};
 
-use crate::common::{alive, wait_until};
+use crate::support::common::{alive, wait_until};
 
 /// The user name of the cluster's superuser.
 pub const SUPERUSER: &str = "postgres";
@@ -315,11 +315,6 @@ impl PgServer {
             String::from_utf8_lossy(&out.stderr)
         );
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
-    }
-
-    /// The directory holding `psql` and the other client programs.
-    pub fn bin(&self) -> &Path {
-        &self.bin
     }
 }
 

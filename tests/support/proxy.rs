@@ -177,11 +177,6 @@ impl Proxy {
         self.arm(pattern, true, Duration::ZERO)
     }
 
-    /// [`Proxy::lose_reply_to`] the next request, whatever it is.
-    pub fn lose_next_reply(&self) -> Trigger {
-        self.arm(b"", true, Duration::ZERO)
-    }
-
     /// Fires when the first request that contains `pattern` goes through; changes nothing.
     pub fn observe(&self, pattern: &[u8]) -> Trigger {
         self.arm(pattern, false, Duration::ZERO)

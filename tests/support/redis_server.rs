@@ -12,7 +12,7 @@ use std::time::Duration;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use crate::common::wait_until;
+use crate::support::common::wait_until;
 
 /// A running `redis-server` owned by one test.
 pub struct RedisServer {
@@ -24,6 +24,10 @@ pub struct RedisServer {
     child: Option<Child>,
 }
 
+#[expect(
+    dead_code,
+    reason = "issue 19: the frozen-server tests do not cover this backend yet"
+)]
 impl RedisServer {
     /// Starts a server without a password.
     pub fn start() -> Self {
@@ -156,10 +160,6 @@ impl RedisServer {
             cmd.env("REDISCLI_AUTH", password);
         }
         cmd.args(args).output().expect("run redis-cli")
-    }
-
-    pub fn dir(&self) -> &Path {
-        self.dir.path()
     }
 }
 

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use super::world::{SOON, Server, World};
-use crate::common::{Drive, code, text, wait_exit};
+use crate::support::common::{Drive, code, text, wait_exit};
 
 /// `--no-wait` on a held name exits 75 (or the chosen code, quietly), runs nothing and leaves no
 /// waiter behind.

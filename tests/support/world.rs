@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use crate::common::{Drive, alive, code, text, wait_exit, wait_for_file, wait_until};
+use crate::support::common::{Drive, alive, code, text, wait_exit, wait_for_file, wait_until};
 
 /// Generous bound for things that should happen at once.
 pub const SOON: Duration = Duration::from_secs(10);

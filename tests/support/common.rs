@@ -1,8 +1,6 @@
 //! Test support shared by the integration tests: a builder that drives the real `lockrun` binary
 //! against a private state directory, and polling helpers (never fixed sleeps) for conditions.
 
-#![allow(dead_code)] // each test binary uses a different subset
-
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
