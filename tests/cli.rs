@@ -1,7 +1,9 @@
 //! Bad input through the real binary: every usage error exits 64 with one lowercase line naming
 //! the problem, and runs nothing.
 
-use crate::support::common::{Drive, FileEnv, code, lockrun, text};
+use crate::support::lockrun::{lockrun, output};
+use crate::support::scene::Scene;
+use crate::support::wait::{code, text};
 
 /// Each case: arguments (the command, when one is reached, would create a marker file), and a
 /// word the message must contain.
@@ -75,15 +77,15 @@ const BAD_INPUTS: &[(&[&str], &str)] = &[
 
 #[test]
 fn bad_inputs_exit_64_with_one_line_and_run_nothing() {
-    let env = FileEnv::new();
-    let marker = env.scratch("ran");
+    let env = Scene::file();
+    let marker = env.path("ran");
     for (args, needle) in BAD_INPUTS {
         let mut cmd = lockrun();
         if !args.contains(&"--backend") {
             cmd.arg("--backend").arg(env.url());
         }
         cmd.args(*args).arg("--").arg("touch").arg(&marker);
-        let out = cmd.output().unwrap();
+        let out = output(&mut cmd);
         let stderr = text(&out.stderr);
         assert_eq!(code(&out), 64, "{args:?}: {stderr}");
         assert_eq!(
@@ -109,7 +111,7 @@ fn bad_inputs_exit_64_with_one_line_and_run_nothing() {
 
 #[test]
 fn a_missing_command_is_a_usage_error() {
-    let env = FileEnv::new();
+    let env = Scene::file();
     for args in [
         &["--name", "x"][..],
         &["--name", "x", "--"],
@@ -127,7 +129,7 @@ fn a_missing_command_is_a_usage_error() {
 
 #[test]
 fn a_command_without_the_separator_is_refused_with_a_hint() {
-    let env = FileEnv::new();
+    let env = Scene::file();
     let out = env.run(["--name", "x", "echo", "hi"]);
     assert_eq!(code(&out), 64);
     assert!(
@@ -146,10 +148,7 @@ fn passwords_in_bad_urls_are_not_echoed() {
         "user:hunter2@host:6379",
         "x:hunter2@h,redis://y",
     ] {
-        let out = lockrun()
-            .args(["--name", "x", "--backend", url, "--", "true"])
-            .output()
-            .unwrap();
+        let out = output(lockrun().args(["--name", "x", "--backend", url, "--", "true"]));
         assert_eq!(code(&out), 64);
         assert!(
             !text(&out.stderr).contains("hunter2"),
@@ -161,46 +160,46 @@ fn passwords_in_bad_urls_are_not_echoed() {
 
 #[test]
 fn options_can_come_from_the_environment() {
-    let env = FileEnv::new();
-    let out = lockrun()
-        .env("LOCKRUN_BACKEND", env.url())
-        .env("LOCKRUN_NAME", "from-env")
-        .env("LOCKRUN_TOKEN_ENV", "MY_TOKEN")
-        .env("LOCKRUN_TTL", "3s")
-        .args([
-            "--",
-            "sh",
-            "-c",
-            "echo $LOCKRUN_NAME $MY_TOKEN $LOCKRUN_TTL_MS",
-        ])
-        .output()
-        .unwrap();
+    let env = Scene::file();
+    let out = output(
+        lockrun()
+            .env("LOCKRUN_BACKEND", env.url())
+            .env("LOCKRUN_NAME", "from-env")
+            .env("LOCKRUN_TOKEN_ENV", "MY_TOKEN")
+            .env("LOCKRUN_TTL", "3s")
+            .args([
+                "--",
+                "sh",
+                "-c",
+                "echo $LOCKRUN_NAME $MY_TOKEN $LOCKRUN_TTL_MS",
+            ]),
+    );
     assert_eq!(code(&out), 0, "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "from-env 1 3000\n");
     // A bad value from the environment is judged like a flag.
-    let out = lockrun()
-        .env("LOCKRUN_BACKEND", env.url())
-        .env("LOCKRUN_LIMIT", "0")
-        .args(["--name", "x", "--", "true"])
-        .output()
-        .unwrap();
+    let out = output(
+        lockrun()
+            .env("LOCKRUN_BACKEND", env.url())
+            .env("LOCKRUN_LIMIT", "0")
+            .args(["--name", "x", "--", "true"]),
+    );
     assert_eq!(code(&out), 64);
 }
 
 #[test]
 fn help_and_version_go_to_stdout_and_succeed() {
     for flag in ["--help", "--version"] {
-        let out = lockrun().arg(flag).output().unwrap();
+        let out = output(lockrun().arg(flag));
         assert_eq!(code(&out), 0);
         assert!(!out.stdout.is_empty());
     }
-    let out = lockrun().args(["status", "--help"]).output().unwrap();
+    let out = output(lockrun().args(["status", "--help"]));
     assert_eq!(code(&out), 0);
 }
 
 #[test]
 fn release_without_force_is_refused() {
-    let env = FileEnv::new();
+    let env = Scene::file();
     let out = env.run(["release", "x"]);
     assert_eq!(code(&out), 64);
     assert!(
@@ -212,15 +211,17 @@ fn release_without_force_is_refused() {
 
 #[test]
 fn the_backend_url_can_come_from_a_file() {
-    let env = FileEnv::new();
-    let file = env.scratch("backend");
+    let env = Scene::file();
+    let file = env.path("backend");
     std::fs::write(&file, format!("{}\n", env.url())).unwrap();
-    let out = lockrun()
-        .arg("--backend-file")
-        .arg(&file)
-        .args(["--name", "f", "--", "sh", "-c", "echo $FENCING_TOKEN"])
-        .output()
-        .unwrap();
+    let out = output(lockrun().arg("--backend-file").arg(&file).args([
+        "--name",
+        "f",
+        "--",
+        "sh",
+        "-c",
+        "echo $FENCING_TOKEN",
+    ]));
     assert_eq!(code(&out), 0, "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "1\n");
     assert_eq!(
@@ -231,11 +232,11 @@ fn the_backend_url_can_come_from_a_file() {
 
     // A password kept in the file shows nowhere, even when the backend is unreachable.
     std::fs::write(&file, "redis://:hunter2@127.0.0.1:1\n").unwrap();
-    let out = lockrun()
-        .env("LOCKRUN_BACKEND_FILE", &file)
-        .args(["--name", "f", "--", "env"])
-        .output()
-        .unwrap();
+    let out = output(
+        lockrun()
+            .env("LOCKRUN_BACKEND_FILE", &file)
+            .args(["--name", "f", "--", "env"]),
+    );
     assert_eq!(code(&out), 69, "{}", text(&out.stderr));
     assert!(
         !text(&out.stderr).contains("hunter2"),
@@ -243,16 +244,16 @@ fn the_backend_url_can_come_from_a_file() {
         text(&out.stderr)
     );
 
-    for bad in [env.scratch("missing"), env.scratch("empty")] {
+    for bad in [env.path("missing"), env.path("empty")] {
         if bad.ends_with("empty") {
             std::fs::write(&bad, "\n").unwrap();
         }
-        let out = lockrun()
-            .arg("--backend-file")
-            .arg(&bad)
-            .args(["--name", "f", "--", "true"])
-            .output()
-            .unwrap();
+        let out = output(
+            lockrun()
+                .arg("--backend-file")
+                .arg(&bad)
+                .args(["--name", "f", "--", "true"]),
+        );
         assert_eq!(code(&out), 64, "{}", text(&out.stderr));
         assert!(
             text(&out.stderr).contains("--backend-file"),
@@ -264,68 +265,33 @@ fn the_backend_url_can_come_from_a_file() {
 
 #[test]
 fn the_command_line_overrides_the_environment_for_exclusive_options() {
-    let env = FileEnv::new();
-    let mut holder = env.spawn(["--name", "busy", "--", "sleep", "30"]);
-    env.wait_held("busy", 1);
+    let env = Scene::file();
+    let _holder = env.hold("busy", "h", &[]);
     // A crontab says "never wait" for all its lines; this line asks to wait a little.
     let started = std::time::Instant::now();
-    let out = env
-        .cmd(["--name", "busy", "--wait", "300ms", "--", "true"])
-        .env("LOCKRUN_NO_WAIT", "1")
-        .output()
-        .unwrap();
+    let out = output(
+        env.cmd(["--name", "busy", "--wait", "300ms", "--", "true"])
+            .env("LOCKRUN_NO_WAIT", "1"),
+    );
     assert_eq!(code(&out), 75, "{}", text(&out.stderr));
     assert!(
         started.elapsed() >= std::time::Duration::from_millis(300),
         "did not wait"
     );
     // And the other way round, with a boolean spelled as cron users do.
-    let out = env
-        .cmd(["--name", "busy", "--no-wait", "--", "true"])
-        .env("LOCKRUN_WAIT", "1h")
-        .output()
-        .unwrap();
+    let out = output(
+        env.cmd(["--name", "busy", "--no-wait", "--", "true"])
+            .env("LOCKRUN_WAIT", "1h"),
+    );
     assert_eq!(code(&out), 75, "{}", text(&out.stderr));
-    let out = env
-        .cmd(["--name", "busy", "--", "true"])
-        .env("LOCKRUN_NO_WAIT", "yes")
-        .output()
-        .unwrap();
+    let out = output(
+        env.cmd(["--name", "busy", "--", "true"])
+            .env("LOCKRUN_NO_WAIT", "yes"),
+    );
     assert_eq!(code(&out), 75, "{}", text(&out.stderr));
-    let out = env
-        .cmd(["--name", "busy", "--", "true"])
-        .env("LOCKRUN_NO_WAIT", "maybe")
-        .output()
-        .unwrap();
+    let out = output(
+        env.cmd(["--name", "busy", "--", "true"])
+            .env("LOCKRUN_NO_WAIT", "maybe"),
+    );
     assert_eq!(code(&out), 64, "{}", text(&out.stderr));
-    holder.kill().unwrap();
-    holder.wait().unwrap();
-}
-
-#[test]
-fn inspection_against_an_unreachable_backend_exits_69_naming_the_endpoint() {
-    // Port 1 on loopback: nothing listens, the connection is refused at once.
-    for url in [
-        "redis://:hunter2@127.0.0.1:1",
-        "postgres://app:hunter2@127.0.0.1:1/db",
-        "etcd://127.0.0.1:1",
-    ] {
-        for args in [
-            &["status", "x"][..],
-            &["list"],
-            &["release", "x", "--force"],
-        ] {
-            let out = lockrun()
-                .args(args)
-                .args(["--backend", url])
-                .output()
-                .unwrap();
-            let stderr = text(&out.stderr);
-            assert_eq!(code(&out), 69, "{url} {args:?}: {stderr}");
-            assert_eq!(stderr.lines().count(), 1, "{url} {args:?}: {stderr}");
-            assert!(stderr.contains("127.0.0.1:1"), "{url} {args:?}: {stderr}");
-            assert!(!stderr.contains("hunter2"), "{url} {args:?}: {stderr}");
-            assert!(out.stdout.is_empty(), "{url} {args:?}");
-        }
-    }
 }

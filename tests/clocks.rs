@@ -5,44 +5,40 @@
 
 use std::time::Duration;
 
-use crate::support::common::{Drive, code, text, wait_exit};
+use crate::support::fixture::Fixture;
+use crate::support::lockrun::Proc;
 use crate::support::redis_server::RedisServer;
-use crate::support::world::SOON;
-
-type World = crate::support::world::World<RedisServer>;
+use crate::support::scene::Scene;
+use crate::support::wait::{SOON, code, text};
 
 const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
 
 /// Runs a 2.4 s command under a 600 ms lease while the faked clock steps through `steps`, one
 /// every 800 ms. `monotonic_too` also fakes the monotonic and boot clocks.
-fn run_through_clock_steps(w: &World, steps: &[&str], monotonic_too: bool) -> std::process::Output {
+fn run_through_clock_steps(w: &Scene, steps: &[&str], monotonic_too: bool) -> std::process::Output {
     let offset = w.path("faketime");
     std::fs::write(&offset, "+0\n").unwrap();
-    let mut run = w
-        .cmd([
-            "-v",
-            "--name",
-            "clock",
-            "--ttl",
-            "600ms",
-            "--",
-            "sh",
-            "-c",
-            "sleep 2.4",
-        ])
-        .env("LD_PRELOAD", LIBFAKETIME)
+    let mut cmd = w.cmd([
+        "-v",
+        "--name",
+        "clock",
+        "--ttl",
+        "600ms",
+        "--",
+        "sh",
+        "-c",
+        "sleep 2.4",
+    ]);
+    cmd.env("LD_PRELOAD", LIBFAKETIME)
         .env("FAKETIME_TIMESTAMP_FILE", &offset)
         .env("FAKETIME_NO_CACHE", "1")
-        .env("DONT_FAKE_MONOTONIC", if monotonic_too { "0" } else { "1" })
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+        .env("DONT_FAKE_MONOTONIC", if monotonic_too { "0" } else { "1" });
+    let mut run = Proc::spawn(&mut cmd);
     for step in steps {
         std::thread::sleep(Duration::from_millis(800));
         std::fs::write(&offset, format!("{step}\n")).unwrap();
     }
-    wait_exit(&mut run, SOON)
+    run.wait(SOON)
 }
 
 #[test]
@@ -51,7 +47,8 @@ fn a_wall_clock_step_of_an_hour_changes_nothing() {
         eprintln!("skipped: libfaketime is not installed (apt-get install faketime)");
         return;
     }
-    let w = World::new();
+    let server = RedisServer::start();
+    let w = Scene::new(server.url());
     let out = run_through_clock_steps(&w, &["+3600", "-3600"], false);
     assert_eq!(code(&out), 0, "{}", text(&out.stderr));
 }
@@ -63,7 +60,8 @@ fn the_same_step_on_the_monotonic_clocks_reads_as_a_lost_lease() {
         eprintln!("skipped: libfaketime is not installed (apt-get install faketime)");
         return;
     }
-    let w = World::new();
+    let server = RedisServer::start();
+    let w = Scene::new(server.url());
     let out = run_through_clock_steps(&w, &["+3600"], true);
     assert_eq!(code(&out), 76, "{}", text(&out.stderr));
 }

@@ -2,7 +2,9 @@
 //! failure reproduces) never panic the parsers, and through the real binary every bad one is a
 //! single-line usage error (exit 64) that runs nothing and never echoes a password.
 
-use crate::support::common::{Drive, FileEnv, code, lockrun, text};
+use crate::support::lockrun::{lockrun, output};
+use crate::support::scene::Scene;
+use crate::support::wait::{code, text};
 use lockrun::backend::BackendSpec;
 use lockrun::name::LockName;
 
@@ -143,8 +145,8 @@ fn parsers_never_panic_on_random_input() {
 
 #[test]
 fn random_bad_input_through_the_binary_is_one_line_exit_64_and_runs_nothing() {
-    let env = FileEnv::new();
-    let marker = env.scratch("ran");
+    let env = Scene::file();
+    let marker = env.path("ran");
     let mut rng = Rng(0xfeed_0000_0000_0042);
     let mut tried = 0;
     while tried < 60 {
@@ -170,14 +172,13 @@ fn random_bad_input_through_the_binary_is_one_line_exit_64_and_runs_nothing() {
         if flag != "--name" {
             cmd.args(["--name", "x"]);
         }
-        let out = cmd
-            .arg(flag)
-            .arg(&value)
-            .arg("--")
-            .arg("touch")
-            .arg(&marker)
-            .output()
-            .unwrap();
+        let out = output(
+            cmd.arg(flag)
+                .arg(&value)
+                .arg("--")
+                .arg("touch")
+                .arg(&marker),
+        );
         let stderr = text(&out.stderr);
         assert_eq!(code(&out), 64, "{flag} {value:?}: {stderr}");
         assert!(!stderr.contains("panicked"), "{flag} {value:?}: {stderr}");

@@ -1,22 +1,20 @@
 //! The command's life under lockrun, through the real binary: exit statuses, signal forwarding,
 //! the parent-death signal, and descriptors that must not leak to the command's descendants.
 
+use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
-use crate::support::common::{
-    Drive, FileEnv, alive, code, text, wait_exit, wait_for_file, wait_until,
-};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-fn pid_of(child: &std::process::Child) -> Pid {
-    Pid::from_raw(child.id() as i32)
-}
+use crate::support::lockrun::{BIN, Proc, scrub};
+use crate::support::scene::Scene;
+use crate::support::wait::{SOON, alive, code, text, wait_for_file, wait_until};
 
 #[test]
 fn the_commands_own_exit_status_is_passed_on() {
-    let env = FileEnv::new();
+    let env = Scene::file();
     for status in [0, 1, 3, 42, 255] {
         let out = env.run(["--name", "x", "--", "sh", "-c", &format!("exit {status}")]);
         assert_eq!(code(&out), status);
@@ -25,7 +23,7 @@ fn the_commands_own_exit_status_is_passed_on() {
 
 #[test]
 fn a_command_killed_by_a_signal_gives_128_plus_n() {
-    let env = FileEnv::new();
+    let env = Scene::file();
     let out = env.run(["--name", "x", "--", "sh", "-c", "kill -TERM $$"]);
     assert_eq!(code(&out), 128 + 15);
     let out = env.run(["--name", "x", "--", "sh", "-c", "kill -KILL $$"]);
@@ -34,12 +32,12 @@ fn a_command_killed_by_a_signal_gives_128_plus_n() {
 
 #[test]
 fn a_missing_command_exits_127_and_a_non_executable_one_126() {
-    let env = FileEnv::new();
+    let env = Scene::file();
     let out = env.run(["--name", "x", "--", "/no/such/program"]);
     assert_eq!(code(&out), 127, "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("not found"));
 
-    let script = env.scratch("not-executable.sh");
+    let script = env.path("not-executable.sh");
     std::fs::write(&script, "#!/bin/sh\necho hi\n").unwrap();
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).unwrap();
     let out = env.run(["--name", "x", "--", script.to_str().unwrap()]);
@@ -55,7 +53,7 @@ fn a_missing_command_exits_127_and_a_non_executable_one_126() {
 
 #[test]
 fn lockrun_writes_nothing_to_stdout_and_leaves_stdin_to_the_command() {
-    let env = FileEnv::new();
+    let env = Scene::file();
     let out = env.run(["-vv", "--name", "x", "--ttl", "300ms", "--", "sleep", "0.4"]);
     assert_eq!(code(&out), 0);
     assert!(out.stdout.is_empty(), "{}", text(&out.stdout));
@@ -69,21 +67,19 @@ fn lockrun_writes_nothing_to_stdout_and_leaves_stdin_to_the_command() {
         "{stderr}"
     );
 
-    use std::io::Write;
-    let mut child = env
-        .cmd(["--name", "x", "--", "cat"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(b"through\n").unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert_eq!(text(&out.stdout), "through\n");
+    let mut cat = Proc::spawn(
+        env.cmd(["--name", "x", "--", "cat"])
+            .stdin(std::process::Stdio::piped()),
+    );
+    let mut stdin = cat.take_stdin().expect("a pipe to cat");
+    stdin.write_all(b"through\n").unwrap();
+    drop(stdin);
+    assert_eq!(text(&cat.wait(SOON).stdout), "through\n");
 }
 
 #[test]
 fn quiet_silences_warnings_but_not_errors() {
-    let env = FileEnv::new();
+    let env = Scene::file();
     let out = env.run(["-q", "--name", "x", "--", "/no/such/program"]);
     assert_eq!(code(&out), 127);
     assert_eq!(text(&out.stderr).lines().count(), 1);
@@ -91,7 +87,7 @@ fn quiet_silences_warnings_but_not_errors() {
 
 #[test]
 fn signals_are_forwarded_to_the_commands_process_group() {
-    let env = FileEnv::new();
+    let env = Scene::file();
     for (signal, number) in [
         (Signal::SIGTERM, 15),
         (Signal::SIGINT, 2),
@@ -100,8 +96,8 @@ fn signals_are_forwarded_to_the_commands_process_group() {
         (Signal::SIGUSR1, 10),
         (Signal::SIGUSR2, 12),
     ] {
-        let ready = env.scratch(&format!("ready-{number}"));
-        let grandchild = env.scratch(&format!("grandchild-{number}"));
+        let ready = env.path(&format!("ready-{number}"));
+        let grandchild = env.path(&format!("grandchild-{number}"));
         // The command traps the signal and exits with its number; a grandchild in the same group
         // records that it was reached too. (sh starts background jobs with INT and QUIT ignored,
         // and an ignored signal cannot be trapped, so the grandchild only checks the others.)
@@ -120,8 +116,8 @@ fn signals_are_forwarded_to_the_commands_process_group() {
         );
         let mut run = env.spawn(["--name", "sig", "--", "sh", "-c", &script]);
         wait_for_file(&ready, Duration::from_secs(10));
-        kill(pid_of(&run), signal).unwrap();
-        let out = wait_exit(&mut run, Duration::from_secs(10));
+        run.signal(signal);
+        let out = run.wait(Duration::from_secs(10));
         assert_eq!(code(&out), number, "{signal}: {}", text(&out.stderr));
         if reaches_background {
             assert_eq!(
@@ -135,32 +131,26 @@ fn signals_are_forwarded_to_the_commands_process_group() {
 
 #[test]
 fn a_signal_while_waiting_for_the_lock_ends_the_wait_without_running_anything() {
-    let env = FileEnv::new();
-    let mut holder = env.spawn(["--name", "w", "--", "sleep", "30"]);
-    env.wait_held("w", 1);
-    let marker = env.scratch("ran");
+    let env = Scene::file();
+    let _holder = env.hold("w", "h", &[]);
+    let marker = env.path("ran");
     let mut waiter = env.spawn(["--name", "w", "--", "touch", marker.to_str().unwrap()]);
-    assert!(wait_until(
-        Duration::from_secs(10),
-        || env.status("w")["waiters"] == 1
-    ));
-    kill(pid_of(&waiter), Signal::SIGTERM).unwrap();
-    let out = wait_exit(&mut waiter, Duration::from_secs(5));
+    env.wait_waiters("w", 1);
+    waiter.signal(Signal::SIGTERM);
+    let out = waiter.wait(Duration::from_secs(5));
     assert_eq!(code(&out), 128 + 15, "{}", text(&out.stderr));
     assert!(
         text(&out.stderr).contains("interrupted"),
         "{}",
         text(&out.stderr)
     );
-    holder.kill().unwrap();
-    holder.wait().unwrap();
     assert!(!marker.exists());
 }
 
 #[test]
 fn sigkill_of_lockrun_kills_the_command() {
-    let env = FileEnv::new();
-    let pid_file = env.scratch("child.pid");
+    let env = Scene::file();
+    let pid_file = env.path("child.pid");
     let script = format!("echo $$ > {}; exec sleep 30", pid_file.display());
     let mut run = env.spawn(["--name", "die", "--", "sh", "-c", &script]);
     let child: i32 = wait_for_file(&pid_file, Duration::from_secs(10))
@@ -168,8 +158,8 @@ fn sigkill_of_lockrun_kills_the_command() {
         .parse()
         .unwrap();
     assert!(alive(child));
-    kill(pid_of(&run), Signal::SIGKILL).unwrap();
-    run.wait().unwrap();
+    run.signal(Signal::SIGKILL);
+    run.wait(SOON);
     assert!(
         wait_until(Duration::from_secs(5), || !alive(child)),
         "the command outlived lockrun"
@@ -185,7 +175,7 @@ fn sigkill_of_lockrun_kills_the_command() {
 fn the_parent_death_signal_survives_lockrun_idling_for_longer_than_a_worker_thread_lives() {
     // PR_SET_PDEATHSIG fires when the thread that spawned the command exits. An async runtime's
     // blocking-pool threads exit after 10 s idle; the command must not be killed by that.
-    let env = FileEnv::new();
+    let env = Scene::file();
     let out = env.run([
         "--name",
         "long",
@@ -200,8 +190,8 @@ fn the_parent_death_signal_survives_lockrun_idling_for_longer_than_a_worker_thre
 
 #[test]
 fn a_background_grandchild_does_not_keep_the_lock() {
-    let env = FileEnv::new();
-    let pid_file = env.scratch("grandchild.pid");
+    let env = Scene::file();
+    let pid_file = env.path("grandchild.pid");
     // The grandchild keeps every inherited descriptor open and outlives the command.
     // Its output goes elsewhere, so the test does not wait for it to close our pipes.
     let script = format!(
@@ -239,22 +229,21 @@ fn a_background_grandchild_does_not_keep_the_lock() {
 fn an_interactive_command_can_read_the_terminal() {
     // In the foreground of a terminal, the command's own process group must be handed the
     // terminal, or its first read would stop it (SIGTTIN) and the run would hang.
-    let env = FileEnv::new();
+    let env = Scene::file();
     let inner = format!(
         "{} --backend {} --name tty -- sh -c 'read line; echo got $line'",
-        crate::support::common::BIN,
+        BIN,
         env.url()
     );
-    let mut run = std::process::Command::new("script")
+    let mut script = std::process::Command::new("script");
+    scrub(&mut script);
+    script
         .args(["-qec", &inner, "/dev/null"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("script(1) from util-linux");
-    use std::io::Write;
-    run.stdin.take().unwrap().write_all(b"typed\n").unwrap();
-    let out = wait_exit(&mut run, Duration::from_secs(10));
+        .stdin(std::process::Stdio::piped());
+    let mut run = Proc::spawn(&mut script);
+    let mut stdin = run.take_stdin().expect("a pipe to script(1)");
+    stdin.write_all(b"typed\n").unwrap();
+    let out = run.wait(Duration::from_secs(10));
     assert_eq!(code(&out), 0, "{}", text(&out.stderr));
     assert!(
         text(&out.stdout).contains("got typed"),
@@ -266,7 +255,7 @@ fn an_interactive_command_can_read_the_terminal() {
 /// Starts a holder of NAME whose command runs `script`, waits for `ready`, then breaks the lease
 /// by removing the lock file; returns lockrun's output.
 fn lose_lease_while(
-    env: &FileEnv,
+    env: &Scene,
     name: &str,
     script: &str,
     ready: &std::path::Path,
@@ -284,14 +273,14 @@ fn lose_lease_while(
         script,
     ]);
     wait_for_file(ready, Duration::from_secs(10));
-    std::fs::remove_file(env.path().join(format!("state/{name}.lock"))).unwrap();
-    wait_exit(&mut run, Duration::from_secs(10))
+    std::fs::remove_file(env.state().join(format!("{name}.lock"))).unwrap();
+    run.wait(Duration::from_secs(10))
 }
 
 #[test]
 fn a_lost_lease_stops_descendants_that_left_the_process_group() {
-    let env = FileEnv::new();
-    let pid_file = env.scratch("daemon.pid");
+    let env = Scene::file();
+    let pid_file = env.path("daemon.pid");
     // A daemon in a session of its own, deaf to TERM: only lockrun's subreaper sweep reaches it.
     let script = format!(
         "setsid sh -c 'trap \"\" TERM; echo $$ > {p}; while :; do sleep 0.05; done' >/dev/null 2>&1 &
@@ -313,8 +302,8 @@ fn a_lost_lease_stops_descendants_that_left_the_process_group() {
 
 #[test]
 fn a_lost_lease_kills_group_members_that_ignore_term_after_the_leader_exits() {
-    let env = FileEnv::new();
-    let pid_file = env.scratch("stubborn.pid");
+    let env = Scene::file();
+    let pid_file = env.path("stubborn.pid");
     // The leader dies of TERM at once; its background sibling ignores TERM.
     let script = format!(
         "sh -c 'trap \"\" TERM; echo $$ > {p}; while :; do sleep 0.05; done' >/dev/null 2>&1 &
@@ -336,8 +325,8 @@ fn a_lost_lease_kills_group_members_that_ignore_term_after_the_leader_exits() {
 
 #[test]
 fn after_a_normal_exit_background_descendants_keep_running_without_the_lock() {
-    let env = FileEnv::new();
-    let pid_file = env.scratch("daemon.pid");
+    let env = Scene::file();
+    let pid_file = env.path("daemon.pid");
     let script = format!(
         "setsid sh -c 'echo $$ > {p}; exec sleep 30' >/dev/null 2>&1 & \
          while [ ! -s {p} ]; do sleep 0.01; done",

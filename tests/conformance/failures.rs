@@ -1,0 +1,282 @@
+//! When something breaks under a holder: the holder crashes, the server dies, freezes or falls
+//! silent, the link drops out briefly, the holder itself is frozen past its lease, or an operator
+//! breaks the lock. Networked holders go through the fault proxy, which tells when their lease was
+//! last confirmed, so "stopped before expiry" is measured from there (see
+//! [`assert_stopped_before_expiry`]).
+
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+
+use crate::support::asserts::{assert_one_line, assert_stopped_before_expiry};
+use crate::support::fixture::Fixture;
+use crate::support::holder::Holder;
+use crate::support::scene::Scene;
+use crate::support::timing::LeaseTiming;
+use crate::support::wait::{SOON, alive, code, text, wait_before, wait_until};
+
+/// How long after its lease could have ended a waiter may take to notice (its re-check, starting
+/// a process on a loaded machine).
+const NOTICE: Duration = Duration::from_secs(1);
+
+/// Guards against a crashed holder (SIGKILL: no release is sent) blocking the name for longer than
+/// one TTL, or, with kernel locks, at all; and against its command outliving it.
+pub fn a_crashed_holder_frees_the_lock_within_a_ttl<F: Fixture>() {
+    let fx = F::start();
+    let s = Scene::new(fx.url());
+    let holder = s.hold("gone", "h", &["--ttl", F::TTL]);
+    let mut waiter = s.spawn([
+        "--name",
+        "gone",
+        "--ttl",
+        F::TTL,
+        "--wait",
+        "60s",
+        "--",
+        "touch",
+        "ran",
+    ]);
+    s.wait_waiters("gone", 1);
+    holder.signal(Signal::SIGKILL);
+    let bound = match F::EXPIRES {
+        true => holder.ttl() + NOTICE,
+        false => NOTICE,
+    };
+    assert!(
+        wait_until(bound, || s.path("ran").exists()),
+        "the waiter did not get the lock within {bound:?} of the crash"
+    );
+    let out = waiter.wait(SOON);
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    assert!(
+        wait_until(SOON, || !holder.command_alive()),
+        "the crashed holder's command still runs"
+    );
+}
+
+/// Guards against a holder whose backend dies under it (SIGKILL) running past the point where
+/// its lease could expire (invariant 2). A state directory that loses its lock files is a lost
+/// lease too, noticed at the next renewal.
+pub fn server_killed_stops_the_holder_before_expiry<F: Fixture>() {
+    let mut fx = F::start();
+    let s = Scene::new(fx.url());
+    match fx.proxied() {
+        Some((proxy, url)) => {
+            let mut holder = s.hold_via(&url, "crash", "h", &["--ttl", F::TTL]);
+            fx.kill();
+            assert_stopped_before_expiry(&mut holder, &proxy);
+        }
+        None => {
+            let mut holder = s.hold("crash", "h", &["--ttl", F::TTL]);
+            let timing = LeaseTiming::defaults(holder.ttl());
+            fx.kill();
+            let lost = Instant::now();
+            let stopped = wait_before(lost + timing.renew + timing.kill_after / 2, || {
+                !holder.command_alive()
+            });
+            assert!(stopped, "the command was not stopped at the next renewal");
+            let out = holder.exit();
+            assert_eq!(code(&out), 76, "{}", text(&out.stderr));
+            assert!(
+                text(&out.stderr).contains("removed or replaced"),
+                "{}",
+                text(&out.stderr)
+            );
+        }
+    }
+}
+
+/// Guards against a holder whose server freezes (SIGSTOP: connections open, no answers) running
+/// past the point where its lease could expire.
+pub fn server_paused_stops_the_holder_before_expiry<F: Fixture>() {
+    let fx = F::start();
+    let s = Scene::new(fx.url());
+    let Some((proxy, url)) = fx.proxied() else {
+        return kernel_lock_outlives_its_ttl(&s);
+    };
+    let mut holder = s.hold_via(&url, "frozen", "h", &["--ttl", F::TTL]);
+    fx.pause();
+    assert_stopped_before_expiry(&mut holder, &proxy);
+    fx.resume();
+}
+
+/// Guards against a holder whose network goes silent (packets dropped, nothing closed) running
+/// past the point where its lease could expire.
+pub fn silent_network_stops_the_holder_before_expiry<F: Fixture>() {
+    let fx = F::start();
+    let s = Scene::new(fx.url());
+    let Some((proxy, url)) = fx.proxied() else {
+        return kernel_lock_outlives_its_ttl(&s);
+    };
+    let mut holder = s.hold_via(&url, "silent", "h", &["--ttl", F::TTL]);
+    proxy.blackhole();
+    assert_stopped_before_expiry(&mut holder, &proxy);
+}
+
+/// Guards against a holder that gives up on a brief outage it could ride through: right after a
+/// confirmed renewal the link goes silent for 2/5 of the TTL, so the next renewal is held in the
+/// silence and answered after it, before the stop point; the command runs on past the lease the
+/// outage would have ended, and exits 0.
+pub fn a_brief_outage_is_ridden_through<F: Fixture>() {
+    let fx = F::start();
+    let s = Scene::new(fx.url());
+    let Some((proxy, url)) = fx.proxied() else {
+        return kernel_lock_outlives_its_ttl(&s);
+    };
+    let mut holder = s.hold_via(&url, "ride", "h", &["--ttl", F::TTL]);
+    let timing = LeaseTiming::defaults(holder.ttl());
+    let renewed = proxy
+        .wait_confirmed_after(Instant::now(), timing.ttl)
+        .expect("no renewal within a TTL");
+    proxy.blackhole();
+    let silent_at = Instant::now();
+    std::thread::sleep(timing.ttl * 2 / 5);
+    proxy.heal();
+    let healed = Instant::now();
+    assert!(
+        proxy
+            .wait_confirmed_after(silent_at, timing.renew)
+            .is_some(),
+        "no renewal was answered after the outage ({:?} of silence)",
+        healed - silent_at
+    );
+    let stopped = wait_before(renewed + timing.ttl + timing.renew / 2, || {
+        !holder.command_alive()
+    });
+    assert!(
+        !stopped,
+        "an outage of {:?} stopped the command; lockrun said:\n{}",
+        healed - silent_at,
+        holder.process.stderr_so_far()
+    );
+    let out = holder.finish();
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+}
+
+/// Without a server or a network, the alternative the file backend documents: a kernel lock does
+/// not expire, so a holder keeps it, renewing nothing remote, for longer than its TTL.
+fn kernel_lock_outlives_its_ttl(s: &Scene) {
+    let mut holder = s.hold("kept", "h", &["--ttl", "500ms"]);
+    let out = s.run(["--name", "kept", "--wait", "1500ms", "--", "touch", "ran"]);
+    assert_eq!(code(&out), 75, "{}", text(&out.stderr));
+    assert!(holder.command_alive(), "the holder lost its kernel lock");
+    let out = holder.finish();
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    assert!(!s.path("ran").exists());
+}
+
+/// Guards against a holder whose lockrun and command were frozen past their lease (a paused VM)
+/// running on when they wake, or removing the new holder's lease on the way out (invariants 1, 2
+/// and 4). A kernel lock is not taken over while its holder is frozen.
+pub fn a_frozen_holder_is_overtaken_and_stopped_when_it_wakes<F: Fixture>() {
+    let fx = F::start();
+    let s = Scene::new(fx.url());
+    let cmd = s.holder_cmd(s.url(), "vm", &["--ttl", F::TTL]);
+    let mut stale = Holder::spawn_in_own_group(cmd, s.dir(), "a").started();
+    stale.freeze();
+    if !F::EXPIRES {
+        let wait = format!("{}ms", (stale.ttl() * 2).as_millis());
+        let out = s.run(["--name", "vm", "--wait", &wait, "--", "touch", "ran"]);
+        assert_eq!(
+            code(&out),
+            75,
+            "taken over while frozen: {}",
+            text(&out.stderr)
+        );
+        stale.thaw();
+        assert!(stale.command_alive());
+        let out = stale.finish();
+        assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+        return;
+    }
+    let mut fresh = s.hold("vm", "b", &["--ttl", F::TTL, "--wait", "30s"]);
+    assert!(
+        fresh.token() > stale.token(),
+        "{} <= {}",
+        fresh.token(),
+        stale.token()
+    );
+    stale.thaw();
+    let woke = Instant::now();
+    let pid = stale.child_pid();
+    assert!(
+        wait_until(NOTICE, || !alive(pid)),
+        "the stale command ran on {:?} after waking",
+        woke.elapsed()
+    );
+    let out = stale.exit();
+    assert_eq!(code(&out), 76, "{}", text(&out.stderr));
+    let status = s.status("vm");
+    assert_eq!(status["holders"][0]["token"], fresh.token(), "{status}");
+    assert_eq!(code(&fresh.finish()), 0);
+    assert_eq!(s.overlaps(), "", "two unfrozen holders ran at once");
+}
+
+/// Guards against `release --force` leaving a semaphore's holders running until their next
+/// renewal (with a 30 s lease, the revocation must be pushed: every command stops within 1 s,
+/// exit 76), and against the tokens after it falling back. A kernel lock cannot be broken: the
+/// release says so, naming a holder, and both keep the lock.
+pub fn forced_release_stops_every_holder_at_once<F: Fixture>() {
+    let fx = F::start();
+    let s = Scene::new(fx.url());
+    let args = ["--limit", "2", "--ttl", "30s", "--wait", "60s"];
+    let mut holders = [s.hold("brk", "a", &args), s.hold("brk", "b", &args)];
+    let mut waiter = s.spawn([
+        "--name",
+        "brk",
+        "--limit",
+        "2",
+        "--ttl",
+        F::TTL,
+        "--wait",
+        "60s",
+        "--",
+        "sh",
+        "-c",
+        "echo $FENCING_TOKEN > w.token",
+    ]);
+    let status = s.wait_waiters("brk", 1);
+    assert_eq!(status["limit"], 2, "{status}");
+    assert_eq!(
+        status["holders"].as_array().map(Vec::len),
+        Some(2),
+        "{status}"
+    );
+
+    let out = s.run(["release", "brk", "--force"]);
+    let released = Instant::now();
+    if F::FORCE_RELEASE {
+        assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+        for holder in &mut holders {
+            let pid = holder.child_pid();
+            let stopped = wait_before(released + Duration::from_secs(1), || !alive(pid));
+            assert!(
+                stopped,
+                "a holder's command still ran 1 s after release --force"
+            );
+            let out = holder.exit();
+            assert_eq!(code(&out), 76, "{}", text(&out.stderr));
+        }
+    } else {
+        let pids = holders
+            .each_ref()
+            .map(|h| format!("pid {}", h.process.pid()));
+        let line = assert_one_line(&out, code(&out).max(1), "pid ");
+        assert!(pids.iter().any(|p| line.contains(p.as_str())), "{line}");
+        assert_eq!(s.status("brk")["holders"].as_array().map(Vec::len), Some(2));
+        for holder in &mut holders {
+            assert_eq!(code(&holder.finish()), 0);
+        }
+    }
+    let out = waiter.wait(SOON);
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    let next: u64 = std::fs::read_to_string(s.path("w.token"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        holders.iter().all(|h| next > h.token()),
+        "the token fell back"
+    );
+}
