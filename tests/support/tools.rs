@@ -1,8 +1,9 @@
-//! What some tests need from the machine besides the servers: root, `openssl`. A test
+//! What some tests need from the machine besides the servers: root, `openssl`, libfaketime. A test
 //! whose prerequisite is missing fails and says what to install, since in CI a skipped test must
 //! not pass; only with `LOCKRUN_TESTS_MAY_SKIP=1` in the environment (a developer's machine;
 //! `.ci/run` never sets it) does it say so on stderr and pass without running.
 
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 /// The opt-out: with it set, a missing prerequisite skips the test instead of failing it.
@@ -38,4 +39,23 @@ pub fn openssl() -> bool {
         .status()
         .is_ok_and(|s| s.success());
     prerequisite(works, "the openssl command (apt-get install openssl)")
+}
+
+/// libfaketime's preload library (Debian's `libfaketime`, pulled in by `faketime`), wherever the
+/// architecture puts it.
+pub fn libfaketime() -> Option<PathBuf> {
+    let found = ["/usr/lib", "/usr/lib64", "/usr/local/lib"]
+        .into_iter()
+        .flat_map(|root| {
+            let arch_dirs = std::fs::read_dir(root)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|entry| entry.path());
+            std::iter::once(PathBuf::from(root)).chain(arch_dirs)
+        })
+        .map(|dir| dir.join("faketime/libfaketime.so.1"))
+        .find(|library| library.exists());
+    prerequisite(found.is_some(), "libfaketime (apt-get install faketime)");
+    found
 }
