@@ -8,7 +8,9 @@ use std::time::Duration;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
+use crate::support::fixture::Fixture;
 use crate::support::lockrun::{BIN, Proc, scrub};
+use crate::support::redis_server::RedisServer;
 use crate::support::scene::Scene;
 use crate::support::wait::{SOON, alive, code, text, wait_for_file, wait_until};
 
@@ -77,12 +79,39 @@ fn lockrun_writes_nothing_to_stdout_and_leaves_stdin_to_the_command() {
     assert_eq!(text(&cat.wait(SOON).stdout), "through\n");
 }
 
+/// Guards against `-q` hiding nothing (or everything): renewals that go unanswered while a link is
+/// silent for 800 ms make lockrun warn, which `-q` silences; an error still shows.
 #[test]
 fn quiet_silences_warnings_but_not_errors() {
-    let env = Scene::file();
-    let out = env.run(["-q", "--name", "x", "--", "/no/such/program"]);
+    let server = RedisServer::start();
+    let s = Scene::new(server.url());
+    for (tag, quiet) in [("loud", false), ("quiet", true)] {
+        let (proxy, url) = server.proxied().expect("a proxy");
+        let verbosity: &[&str] = if quiet { &["-q"] } else { &[] };
+        let options = [verbosity, &["--ttl", "3s", "--renew", "300ms"]].concat();
+        let mut holder = s.hold_via(&url, tag, tag, &options);
+        proxy.blackhole();
+        std::thread::sleep(Duration::from_millis(800));
+        proxy.heal();
+        let out = holder.finish();
+        let stderr = text(&out.stderr);
+        assert_eq!(code(&out), 0, "{tag}: {stderr}");
+        match quiet {
+            false => assert!(
+                stderr.contains("lockrun: renewal not"),
+                "no warning: {stderr}"
+            ),
+            true => assert!(stderr.is_empty(), "-q let a warning through: {stderr}"),
+        }
+    }
+    let out = s.run(["-q", "--name", "x", "--", "/no/such/program"]);
     assert_eq!(code(&out), 127);
-    assert_eq!(text(&out.stderr).lines().count(), 1);
+    assert_eq!(
+        text(&out.stderr).lines().count(),
+        1,
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 #[test]
@@ -102,9 +131,12 @@ fn signals_are_forwarded_to_the_commands_process_group() {
         // records that it was reached too. (sh starts background jobs with INT and QUIT ignored,
         // and an ignored signal cannot be trapped, so the grandchild only checks the others.)
         let reaches_background = !matches!(signal, Signal::SIGINT | Signal::SIGQUIT);
+        // The command says it is ready only once the grandchild has set its trap.
         let background = if reaches_background {
             format!(
-                "sh -c 'trap \"echo got > {g}; exit 0\" {number}; while :; do sleep 0.05; done' &",
+                "sh -c 'trap \"echo got > {g}; exit 0\" {number}; echo > {g}.trap; \
+                 while :; do sleep 0.05; done' & \
+                 while [ ! -e {g}.trap ]; do sleep 0.01; done",
                 g = grandchild.display()
             )
         } else {
