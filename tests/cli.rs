@@ -1,110 +1,76 @@
 //! Bad input through the real binary: every usage error exits 64 with one lowercase line naming
 //! the problem, and runs nothing.
 
+use crate::support::asserts::{assert_hidden, assert_one_line, assert_said};
 use crate::support::lockrun::{lockrun, output};
 use crate::support::scene::Scene;
 use crate::support::wait::{code, text};
 
-/// Each case: arguments (the command, when one is reached, would create a marker file), and a
-/// word the message must contain.
-const BAD_INPUTS: &[(&[&str], &str)] = &[
-    (&["--name", "../x"], "lock name"),
-    (&["--name", "/abs"], "lock name"),
-    (&["--name", "a//b"], "lock name"),
-    (&["--name", "a/"], "lock name"),
-    (&["--name", ""], "lock name"),
-    (&["--name", "sp ace"], "lock name"),
-    (&["--name", "a/./b"], "lock name"),
-    (&["--name", "x", "--ttl", "0"], "--ttl"),
-    (&["--name", "x", "--ttl", "15"], "--ttl"),
-    (&["--name", "x", "--ttl", "soon"], "--ttl"),
-    (&["--name", "x", "--ttl", "-1s"], "--ttl"),
-    (&["--name", "x", "--renew", "15s"], "--renew"),
-    (&["--name", "x", "--ttl", "1s", "--renew", "2s"], "--renew"),
-    (&["--name", "x", "--kill-after", "20s"], "--kill-after"),
+/// Names that are not lock names.
+const BAD_NAMES: &[&str] = &["../x", "/abs", "a//b", "a/", "", "sp ace", "a/./b"];
+
+/// Each case: options given after `--name x` (the command, when one is reached, would create a
+/// marker file), and a word the message must contain.
+const BAD_OPTIONS: &[(&[&str], &str)] = &[
+    (&["--ttl", "0"], "--ttl"),
+    (&["--ttl", "15"], "--ttl"),
+    (&["--ttl", "soon"], "--ttl"),
+    (&["--ttl", "-1s"], "--ttl"),
+    (&["--renew", "15s"], "--renew"),
+    (&["--ttl", "1s", "--renew", "2s"], "--renew"),
+    (&["--kill-after", "20s"], "--kill-after"),
     (
-        &[
-            "--name",
-            "x",
-            "--ttl",
-            "10s",
-            "--renew",
-            "6s",
-            "--kill-after",
-            "4s",
-        ],
+        &["--ttl", "10s", "--renew", "6s", "--kill-after", "4s"],
         "--kill-after",
     ),
-    (&["--name", "x", "--wait", "forever"], "--wait"),
-    (&["--name", "x", "--wait", "1s", "--no-wait"], "--no-wait"),
-    (&["--name", "x", "--limit", "0"], "--limit"),
-    (&["--name", "x", "--limit", "many"], "--limit"),
+    (&["--wait", "forever"], "--wait"),
+    (&["--wait", "1s", "--no-wait"], "--no-wait"),
+    (&["--limit", "0"], "--limit"),
+    (&["--limit", "many"], "--limit"),
+    (&["--busy-exit-code", "256"], "--busy-exit-code"),
+    (&["--token-env", "9LIVES"], "--token-env"),
+    (&["--token-env", "A=B"], "--token-env"),
+    (&["--note", "two\nlines"], "--note"),
+    (&["--backend", "ftp://host/x"], "scheme"),
+    (&["--backend", "file://relative/dir"], "absolute"),
+    (&["--backend", "etcd://host"], "host:port"),
+    (&["--backend", "not a url"], "backend"),
     (
-        &["--name", "x", "--busy-exit-code", "256"],
-        "--busy-exit-code",
-    ),
-    (&["--name", "x", "--token-env", "9LIVES"], "--token-env"),
-    (&["--name", "x", "--token-env", "A=B"], "--token-env"),
-    (&["--name", "x", "--note", "two\nlines"], "--note"),
-    (&["--name", "x", "--backend", "ftp://host/x"], "scheme"),
-    (
-        &["--name", "x", "--backend", "file://relative/dir"],
-        "absolute",
-    ),
-    (&["--name", "x", "--backend", "etcd://host"], "host:port"),
-    (&["--name", "x", "--backend", "not a url"], "backend"),
-    (
-        &[
-            "--name",
-            "x",
-            "--backend",
-            "postgres://h/db?lockrun_schema=Bad-Name",
-        ],
+        &["--backend", "postgres://h/db?lockrun_schema=Bad-Name"],
         "schema",
     ),
     (
-        &[
-            "--name",
-            "x",
-            "--backend",
-            "postgres://h/db?sslmode=sometimes",
-        ],
+        &["--backend", "postgres://h/db?sslmode=sometimes"],
         "sslmode",
     ),
-    (&["--name", "x", "--bogus"], "--bogus"),
-    (&["--ttl", "1s"], "--name"),
+    (&["--bogus"], "--bogus"),
 ];
 
 #[test]
 fn bad_inputs_exit_64_with_one_line_and_run_nothing() {
     let env = Scene::file();
     let marker = env.path("ran");
-    for (args, needle) in BAD_INPUTS {
+    let names = BAD_NAMES
+        .iter()
+        .map(|name| (vec!["--name", name], "lock name"));
+    let options = BAD_OPTIONS
+        .iter()
+        .map(|(options, needle)| ([&["--name", "x"], *options].concat(), *needle));
+    let unnamed = (vec!["--ttl", "1s"], "--name");
+    for (args, needle) in names.chain(options).chain([unnamed]) {
         let mut cmd = lockrun();
         if !args.contains(&"--backend") {
             cmd.arg("--backend").arg(env.url());
         }
-        cmd.args(*args).arg("--").arg("touch").arg(&marker);
+        cmd.args(&args).arg("--").arg("touch").arg(&marker);
         let out = output(&mut cmd);
-        let stderr = text(&out.stderr);
-        assert_eq!(code(&out), 64, "{args:?}: {stderr}");
-        assert_eq!(
-            stderr.lines().count(),
-            1,
-            "{args:?}: not one line: {stderr}"
-        );
-        assert!(stderr.starts_with("lockrun: "), "{args:?}: {stderr}");
+        let stderr = assert_one_line(&out, 64, needle);
         let message = &stderr["lockrun: ".len()..];
         assert!(
             message.starts_with(|c: char| !c.is_uppercase()),
             "{args:?}: {stderr}"
         );
-        assert!(
-            stderr.contains(needle),
-            "{args:?}: {stderr:?} does not name {needle}"
-        );
         assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
-        assert!(out.stdout.is_empty());
         assert!(!marker.exists(), "{args:?} ran the command");
     }
 }
@@ -119,11 +85,7 @@ fn a_missing_command_is_a_usage_error() {
     ] {
         let out = env.run(args);
         assert_eq!(code(&out), 64, "{args:?}: {}", text(&out.stderr));
-        assert!(
-            text(&out.stderr).contains("command"),
-            "{}",
-            text(&out.stderr)
-        );
+        assert_said(&out, "command");
     }
 }
 
@@ -132,11 +94,7 @@ fn a_command_without_the_separator_is_refused_with_a_hint() {
     let env = Scene::file();
     let out = env.run(["--name", "x", "echo", "hi"]);
     assert_eq!(code(&out), 64);
-    assert!(
-        text(&out.stderr).contains("after --"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_said(&out, "after --");
     assert!(out.stdout.is_empty(), "echo must not have run");
 }
 
@@ -150,11 +108,7 @@ fn passwords_in_bad_urls_are_not_echoed() {
     ] {
         let out = output(lockrun().args(["--name", "x", "--backend", url, "--", "true"]));
         assert_eq!(code(&out), 64);
-        assert!(
-            !text(&out.stderr).contains("hunter2"),
-            "{}",
-            text(&out.stderr)
-        );
+        assert_hidden(&text(&out.stderr), &["hunter2"]);
     }
 }
 
@@ -202,11 +156,7 @@ fn release_without_force_is_refused() {
     let env = Scene::file();
     let out = env.run(["release", "x"]);
     assert_eq!(code(&out), 64);
-    assert!(
-        text(&out.stderr).contains("--force"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_said(&out, "--force");
 }
 
 #[test]
@@ -214,14 +164,8 @@ fn the_backend_url_can_come_from_a_file() {
     let env = Scene::file();
     let file = env.path("backend");
     std::fs::write(&file, format!("{}\n", env.url())).unwrap();
-    let out = output(lockrun().arg("--backend-file").arg(&file).args([
-        "--name",
-        "f",
-        "--",
-        "sh",
-        "-c",
-        "echo $FENCING_TOKEN",
-    ]));
+    let echo = ["--name", "f", "--", "sh", "-c", "echo $FENCING_TOKEN"];
+    let out = output(lockrun().arg("--backend-file").arg(&file).args(echo));
     assert_eq!(code(&out), 0, "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "1\n");
     assert_eq!(
@@ -238,11 +182,7 @@ fn the_backend_url_can_come_from_a_file() {
             .args(["--name", "f", "--", "env"]),
     );
     assert_eq!(code(&out), 69, "{}", text(&out.stderr));
-    assert!(
-        !text(&out.stderr).contains("hunter2"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_hidden(&text(&out.stderr), &["hunter2"]);
 
     for bad in [env.path("missing"), env.path("empty")] {
         if bad.ends_with("empty") {
@@ -255,11 +195,7 @@ fn the_backend_url_can_come_from_a_file() {
                 .args(["--name", "f", "--", "true"]),
         );
         assert_eq!(code(&out), 64, "{}", text(&out.stderr));
-        assert!(
-            text(&out.stderr).contains("--backend-file"),
-            "{}",
-            text(&out.stderr)
-        );
+        assert_said(&out, "--backend-file");
     }
 }
 

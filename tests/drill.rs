@@ -2,6 +2,7 @@
 //! (`conformance::*::the_drill_passes`): its input, a name already in use, a password it must not
 //! print, and the hidden probe it runs as the stale writer.
 
+use crate::support::asserts::{assert_hidden, assert_said};
 use crate::support::fixture::Fixture;
 use crate::support::lockrun::{lockrun, output};
 use crate::support::redis_server::RedisServer;
@@ -16,10 +17,7 @@ fn passes_with_a_password_that_it_never_prints() {
     let out = s.run(["drill", "--ttl", "1s"]);
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert_eq!(code(&out), 0, "{stdout}\n{stderr}");
-    assert!(
-        !stdout.contains("hunter2") && !stderr.contains("hunter2"),
-        "{stdout}\n{stderr}"
-    );
+    assert_hidden(&format!("{stdout}{stderr}"), &["hunter2"]);
     assert!(stdout.contains("redis://:***@127.0.0.1"), "{stdout}");
 }
 
@@ -41,11 +39,7 @@ fn bad_input_and_a_name_in_use_run_nothing() {
     let _holder = env.hold("taken", "h", &[]);
     let out = env.run(["drill", "--name", "taken"]);
     assert_eq!(code(&out), 75, "{}", text(&out.stderr));
-    assert!(
-        text(&out.stderr).contains("in use"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_said(&out, "in use");
 }
 
 #[test]

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::support::asserts::assert_stopped_before_expiry;
+use crate::support::asserts::{assert_said, assert_stopped_before_expiry};
 use crate::support::certs::Certificates;
 use crate::support::etcd_cluster::{Etcd, EtcdCluster};
 use crate::support::fixture::Fixture;
@@ -140,11 +140,7 @@ fn tls_with_the_clusters_ca_works_and_without_it_fails_before_running() {
                 .args(["touch", "/nonexistent/ran"]),
         );
         assert_eq!(code(&out), 69, "{url}: {}", text(&out.stderr));
-        assert!(
-            text(&out.stderr).contains(&endpoint),
-            "{}",
-            text(&out.stderr)
-        );
+        assert_said(&out, &endpoint);
         assert!(
             started.elapsed() < Duration::from_secs(10),
             "{url}: took {:?}",

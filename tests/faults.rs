@@ -33,6 +33,7 @@ use crate::support::postgres_server::PgServer;
 use crate::support::proxy::{Direction, Proxy};
 use crate::support::redis_server::RedisServer;
 use crate::support::scene::Scene;
+use crate::support::timing::LeaseTiming;
 use crate::support::wait::{SOON, alive, code, text, wait_before, wait_until};
 
 /// The lease every drill asks for (etcd's minimum with its default timing).
@@ -186,9 +187,10 @@ fn rig<S: Wire>() -> (S, Scene, Proxy, String) {
 }
 
 /// Watches `holder`'s command whose lease was last confirmed by a request sent before
-/// `confirmed_before` (so the lease is proven until `confirmed_before + ttl` at most): it must be
-/// dead before that point and lockrun must exit 76 — or, if it still runs a little after it, its
-/// lease was confirmed again, it is still the holder, and it completes normally. Returns which.
+/// `confirmed_before` (so the lease is proven until `confirmed_before + ttl` at most): if it dies,
+/// it must be dead by that lease's stop point and lockrun must exit 76 — or, if it still runs a
+/// little after the lease's end, its lease was confirmed again, it is still the holder, and it
+/// completes normally. Returns which.
 fn stopped_early_or_confirmed(
     w: &Scene,
     name: &str,
@@ -196,14 +198,17 @@ fn stopped_early_or_confirmed(
     confirmed_before: Instant,
     ttl: Duration,
 ) -> &'static str {
-    let bound = confirmed_before + ttl;
+    let timing = LeaseTiming::defaults(ttl);
     let pid = holder.child_pid();
-    let dead = wait_before(bound + Duration::from_millis(500), || !alive(pid));
+    let dead = wait_before(confirmed_before + ttl + Duration::from_millis(500), || {
+        !alive(pid)
+    });
     if dead {
         let seen_dead = Instant::now();
+        let bound = timing.seen_dead_by(confirmed_before);
         assert!(
-            seen_dead < bound,
-            "the command outlived the lease it could not confirm by {:?}",
+            seen_dead <= bound,
+            "the command ran {:?} past the stop point of the lease it could not confirm",
             seen_dead - bound
         );
         let out = holder.exit();
@@ -293,111 +298,137 @@ fn lost_ack_of_acquire<S: Wire>() {
     eprintln!("drill outcome: {outcome}");
 }
 
+/// A drill under way: a fresh server behind the proxy, holder A (tagged `a`) through the proxy,
+/// and B (tagged `b`) in line for the same name, talking to the server directly.
+struct Drill<S> {
+    fx: S,
+    w: Scene,
+    proxy: Proxy,
+    name: &'static str,
+    a: Holder,
+    b: Holder,
+    /// The lease the backend granted A.
+    ttl: Duration,
+}
+
+impl<S: Wire> Drill<S> {
+    fn start(name: &'static str) -> Self {
+        let (fx, w, proxy, via) = rig::<S>();
+        let a = hold_via(&w, &via, name, "a", &[]);
+        let ttl = a.ttl();
+        let b = start(&w, w.url(), name, "b", &["--wait", "30s"]);
+        w.wait_waiters(name, 1);
+        Drill {
+            fx,
+            w,
+            proxy,
+            name,
+            a,
+            b,
+            ttl,
+        }
+    }
+
+    /// A's command ends; its lockrun must exit 0 (a failed release is only worth a warning).
+    fn a_finishes(&mut self) {
+        let out = self.a.finish();
+        assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    }
+
+    /// B gets the lock within `within` with a higher token and keeps it while anything A sent
+    /// may still land; its run ends normally, and no two commands ever ran at once.
+    fn b_takes_over(mut self, within: Duration, outcome: &str) {
+        assert!(
+            wait_until(within, || self.b.running()),
+            "the waiter never got the lock"
+        );
+        assert!(self.b.token() > self.a.token());
+        keeps_holding(&self.w, self.name, self.b.token());
+        let out = self.b.finish();
+        assert_eq!(
+            code(&out),
+            0,
+            "the new holder lost its lease: {}",
+            text(&out.stderr)
+        );
+        assert_eq!(self.w.overlaps(), "", "two holders ran at once");
+        eprintln!("drill outcome: {outcome}");
+    }
+}
+
 /// Lost ack of a renewal: the deadline must not move on the strength of an unconfirmed renewal.
 fn lost_ack_of_renewal<S: Wire>() {
-    let (fx, w, proxy, via) = rig::<S>();
-    let name = "renew";
     // Default timings: a renewal whose answer is lost uses up its timeout and is retried at once,
     // which still fits before the stop point; stopping early instead would also be correct.
-    let mut a = hold_via(&w, &via, name, "a", &[]);
-    let ttl = a.ttl();
-    let lost = proxy.lose_reply_to(&fx.renew_request(name, &a));
-    let mut b = start(&w, w.url(), name, "b", &["--wait", "30s"]);
+    let mut d = Drill::<S>::start("renew");
+    let lost = d.proxy.lose_reply_to(&d.fx.renew_request(d.name, &d.a));
     // Every renewal confirmed so far was sent before this one.
-    let lost_at = lost.wait(ttl).expect("no renewal within a TTL");
-    let outcome = stopped_early_or_confirmed(&w, name, &mut a, lost_at, ttl);
-    assert!(
-        wait_until(SOON, || b.running()),
-        "the waiter never got the lock"
-    );
-    assert!(b.token() > a.token());
-    let out = b.finish();
-    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
-    assert_eq!(w.overlaps(), "", "two holders ran at once");
-    eprintln!("drill outcome: {outcome}");
+    let lost_at = lost.wait(d.ttl).expect("no renewal within a TTL");
+    let outcome = stopped_early_or_confirmed(&d.w, d.name, &mut d.a, lost_at, d.ttl);
+    d.b_takes_over(SOON, outcome);
 }
 
 /// Lost ack of the release: the release is applied but unanswered. The lock frees by the TTL at
 /// the latest, and the next holder keeps its lease until it ends.
 fn lost_ack_of_release<S: Wire>() {
-    let (fx, w, proxy, via) = rig::<S>();
-    let name = "release";
-    let mut a = hold_via(&w, &via, name, "a", &[]);
-    let ttl = a.ttl();
-    let mut b = start(&w, w.url(), name, "b", &["--wait", "30s"]);
-    w.wait_waiters(name, 1);
-    let pattern = fx.release_request(name, &a);
+    let mut d = Drill::<S>::start("release");
+    let pattern = d.fx.release_request(d.name, &d.a);
     if S::RELEASE_IS_RENEWAL {
         // A renewal just went by; the next is a renewal interval away, the release is at once.
-        let renewed = proxy.observe(&pattern);
-        assert!(renewed.wait(ttl).is_some(), "no renewal within a TTL");
+        let renewed = d.proxy.observe(&pattern);
+        assert!(renewed.wait(d.ttl).is_some(), "no renewal within a TTL");
     }
-    let lost = proxy.lose_reply_to(&pattern);
-    std::fs::write(w.path("a.release"), "").expect("write release file");
+    let lost = d.proxy.lose_reply_to(&pattern);
+    std::fs::write(d.a.file("release"), "").expect("write release file");
     let lost_at = lost.wait(SOON).expect("the release never went through");
-    let freed = wait_before(lost_at + ttl + SLACK, || b.running());
+    let freed = wait_before(lost_at + d.ttl + SLACK, || d.b.running());
     assert!(freed, "the lock was not free one TTL after the release");
     let held_after = lost_at.elapsed();
-    // A's command ended normally; the unanswered release is only worth a warning.
-    let out = a.finish();
-    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
-    assert!(b.token() > a.token());
-    keeps_holding(&w, name, b.token());
-    let out = b.finish();
-    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
-    assert_eq!(w.overlaps(), "", "two holders ran at once");
-    eprintln!("drill outcome: B held {held_after:?} after the unanswered release, kept it");
+    d.a_finishes();
+    d.b_takes_over(
+        SOON,
+        &format!("B held {held_after:?} after the unanswered release, kept it"),
+    );
 }
 
 /// A stale release: the holder's release reaches the server only after its lease expired and
 /// another run took the lock. It must not remove the new holder.
 fn late_release<S: Wire>() {
-    let (fx, w, proxy, via) = rig::<S>();
-    let name = "late";
-    let mut a = hold_via(&w, &via, name, "a", &[]);
-    let ttl = a.ttl();
-    let mut b = start(&w, w.url(), name, "b", &["--wait", "30s"]);
-    w.wait_waiters(name, 1);
+    let mut d = Drill::<S>::start("late");
     if S::RELEASE_IS_RENEWAL {
         // Right after a renewal, so that the release is the next such request A sends.
-        let renewed = proxy.observe(&fx.renew_request(name, &a));
-        assert!(renewed.wait(ttl).is_some(), "no renewal within a TTL");
+        let renewed = d.proxy.observe(&d.fx.renew_request(d.name, &d.a));
+        assert!(renewed.wait(d.ttl).is_some(), "no renewal within a TTL");
     }
     // The release reaches the server a second after A's lease could have expired.
-    let pattern = fx.release_request(name, &a);
-    let released = proxy.hold_request(&pattern, ttl + Duration::from_secs(1));
+    let pattern = d.fx.release_request(d.name, &d.a);
+    let released = d
+        .proxy
+        .hold_request(&pattern, d.ttl + Duration::from_secs(1));
     let delayed_at = Instant::now();
-    std::fs::write(w.path("a.release"), "").expect("write release file");
+    std::fs::write(d.a.file("release"), "").expect("write release file");
     // A's lease was last confirmed before this point: it frees by the TTL at the latest.
-    let freed = wait_before(delayed_at + ttl + SLACK, || b.running());
+    let freed = wait_before(delayed_at + d.ttl + SLACK, || d.b.running());
     assert!(
         freed,
         "the lock was not free one TTL after the last renewal"
     );
     let held_after = delayed_at.elapsed();
-    let out = a.finish();
-    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    d.a_finishes();
     assert!(
         released.fired().is_some(),
         "A sent no release through the proxy"
     );
-    assert!(b.token() > a.token());
     assert!(
-        proxy.wait_drained(SOON),
+        d.proxy.wait_drained(SOON),
         "the late release was never delivered"
     );
-    keeps_holding(&w, name, b.token());
-    let out = b.finish();
-    assert_eq!(
-        code(&out),
-        0,
-        "the new holder lost its lease: {}",
-        text(&out.stderr)
-    );
-    assert_eq!(w.overlaps(), "", "two holders ran at once");
-    eprintln!(
-        "drill outcome: B held {held_after:?} after the release was sent; \
-         the release arrived late and B kept the lock"
+    d.b_takes_over(
+        SOON,
+        &format!(
+            "B held {held_after:?} after the release was sent; \
+             the release arrived late and B kept the lock"
+        ),
     );
 }
 
@@ -405,55 +436,31 @@ fn late_release<S: Wire>() {
 /// must be stopped before its last confirmed lease could expire (or, should a renewal be
 /// confirmed, run on as the holder).
 fn half_ttl_delay<S: Wire>() {
-    let (_fx, w, proxy, via) = rig::<S>();
-    let name = "delay";
-    let mut a = hold_via(&w, &via, name, "a", &[]);
-    let ttl = a.ttl();
-    let mut b = start(&w, w.url(), name, "b", &["--wait", "30s"]);
-    w.wait_waiters(name, 1);
-    proxy.delay(ttl / 2);
+    let mut d = Drill::<S>::start("delay");
+    d.proxy.delay(d.ttl / 2);
     // Nothing sent from here on can be confirmed sooner than a TTL after it was sent.
     let delayed_at = Instant::now();
-    let outcome = stopped_early_or_confirmed(&w, name, &mut a, delayed_at, ttl);
-    assert!(
-        wait_until(SOON + ttl, || b.running()),
-        "the waiter never got the lock"
-    );
-    assert!(b.token() > a.token());
-    let out = b.finish();
-    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
-    assert_eq!(w.overlaps(), "", "two holders ran at once");
-    eprintln!("drill outcome: {outcome}");
+    let outcome = stopped_early_or_confirmed(&d.w, d.name, &mut d.a, delayed_at, d.ttl);
+    let within = SOON + d.ttl;
+    d.b_takes_over(within, outcome);
 }
 
 /// Every connection reset (RST) under a holder, and new ones refused for a moment: the holder
 /// reconnects and rides through, or is stopped before its last confirmed lease could expire.
 fn reset_under_a_holder<S: Wire>() {
-    let (_fx, w, proxy, via) = rig::<S>();
-    let name = "reset";
-    let mut a = hold_via(&w, &via, name, "a", &[]);
-    let ttl = a.ttl();
-    let mut b = start(&w, w.url(), name, "b", &["--wait", "30s"]);
-    w.wait_waiters(name, 1);
-    let open = proxy.connections();
-    proxy.reset();
+    let mut d = Drill::<S>::start("reset");
+    let open = d.proxy.connections();
+    d.proxy.reset();
     let reset_at = Instant::now();
     assert!(
-        wait_until(SOON, || proxy.connections() == 0),
+        wait_until(SOON, || d.proxy.connections() == 0),
         "{open} connection(s) survived the reset"
     );
-    std::thread::sleep(ttl / 8);
-    proxy.heal();
-    let outcome = stopped_early_or_confirmed(&w, name, &mut a, reset_at, ttl);
-    assert!(
-        wait_until(SOON + ttl, || b.running()),
-        "the waiter never got the lock"
-    );
-    assert!(b.token() > a.token());
-    let out = b.finish();
-    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
-    assert_eq!(w.overlaps(), "", "two holders ran at once");
-    eprintln!("drill outcome: {outcome}");
+    std::thread::sleep(d.ttl / 8);
+    d.proxy.heal();
+    let outcome = stopped_early_or_confirmed(&d.w, d.name, &mut d.a, reset_at, d.ttl);
+    let within = SOON + d.ttl;
+    d.b_takes_over(within, outcome);
 }
 
 /// `token` stays the one holder of `name` for a while (a few renewals of the new holder and time
@@ -471,40 +478,27 @@ fn keeps_holding(w: &Scene, name: &str, token: u64) {
     }
 }
 
+/// `drills!(module, Fixture)`: one `#[test]` per drill, on that backend.
 macro_rules! drills {
     ($module:ident, $server:ty) => {
+        drills!(@each $module, $server,
+            lost_ack_of_acquire_leaves_one_holder_and_no_ghost => lost_ack_of_acquire,
+            lost_ack_of_renewal_stops_early_or_is_confirmed => lost_ack_of_renewal,
+            lost_ack_of_release_frees_the_lock_and_spares_the_next_holder => lost_ack_of_release,
+            late_release_never_removes_the_next_holder => late_release,
+            half_ttl_delay_stops_the_command_early_never_late => half_ttl_delay,
+            reset_connections_are_ridden_through_or_stop_the_command_early => reset_under_a_holder,
+        );
+    };
+    (@each $module:ident, $server:ty, $($test:ident => $drill:ident),* $(,)?) => {
         mod $module {
             use super::*;
-
-            #[test]
-            fn lost_ack_of_acquire_leaves_one_holder_and_no_ghost() {
-                lost_ack_of_acquire::<$server>();
-            }
-
-            #[test]
-            fn lost_ack_of_renewal_stops_early_or_is_confirmed() {
-                lost_ack_of_renewal::<$server>();
-            }
-
-            #[test]
-            fn lost_ack_of_release_frees_the_lock_and_spares_the_next_holder() {
-                lost_ack_of_release::<$server>();
-            }
-
-            #[test]
-            fn late_release_never_removes_the_next_holder() {
-                late_release::<$server>();
-            }
-
-            #[test]
-            fn half_ttl_delay_stops_the_command_early_never_late() {
-                half_ttl_delay::<$server>();
-            }
-
-            #[test]
-            fn reset_connections_are_ridden_through_or_stop_the_command_early() {
-                reset_under_a_holder::<$server>();
-            }
+            $(
+                #[test]
+                fn $test() {
+                    $drill::<$server>();
+                }
+            )*
         }
     };
 }
@@ -548,6 +542,14 @@ mod proxy_faults {
         Echo { port, received }
     }
 
+    /// An echo server, a proxy in front of it, and a connection through the proxy.
+    fn echo_through_proxy() -> (Echo, Proxy, TcpStream) {
+        let server = echo();
+        let proxy = Proxy::start(server.port);
+        let stream = connect(&proxy);
+        (server, proxy, stream)
+    }
+
     fn connect(proxy: &Proxy) -> TcpStream {
         let stream = TcpStream::connect(("127.0.0.1", proxy.port())).expect("connect to proxy");
         stream
@@ -573,12 +575,8 @@ mod proxy_faults {
 
     #[test]
     fn delay_holds_each_chunk_back_by_at_least_the_delay() {
-        let server = echo();
-        let proxy = Proxy::start(server.port);
-        let mut stream = connect(&proxy);
-        stream
-            .set_read_timeout(Some(Duration::from_secs(5)))
-            .unwrap();
+        let (_server, proxy, mut stream) = echo_through_proxy();
+        stream.set_read_timeout(Some(SOON)).unwrap();
         proxy.set_delay(Direction::ToClient, Duration::from_millis(300));
         let start = Instant::now();
         assert_eq!(ask(&mut stream, b"one"), Ok(b"one".to_vec()));
@@ -592,9 +590,7 @@ mod proxy_faults {
 
     #[test]
     fn blackhole_forwards_nothing_and_loses_nothing() {
-        let server = echo();
-        let proxy = Proxy::start(server.port);
-        let mut stream = connect(&proxy);
+        let (server, proxy, mut stream) = echo_through_proxy();
         assert_eq!(ask(&mut stream, b"one"), Ok(b"one".to_vec()));
         proxy.blackhole();
         assert!(ask(&mut stream, b"two").is_err(), "an answer came through");
@@ -609,9 +605,7 @@ mod proxy_faults {
 
     #[test]
     fn reset_closes_open_and_new_connections_with_rst() {
-        let server = echo();
-        let proxy = Proxy::start(server.port);
-        let mut stream = connect(&proxy);
+        let (_server, proxy, mut stream) = echo_through_proxy();
         assert_eq!(ask(&mut stream, b"one"), Ok(b"one".to_vec()));
         proxy.reset();
         let mut buf = [0u8; 8];
@@ -635,12 +629,8 @@ mod proxy_faults {
 
     #[test]
     fn a_held_request_arrives_late_and_what_came_before_it_at_once() {
-        let server = echo();
-        let proxy = Proxy::start(server.port);
-        let mut stream = connect(&proxy);
-        stream
-            .set_read_timeout(Some(Duration::from_secs(5)))
-            .unwrap();
+        let (server, proxy, mut stream) = echo_through_proxy();
+        stream.set_read_timeout(Some(SOON)).unwrap();
         let held = proxy.hold_request(b"late", Duration::from_millis(300));
         let start = Instant::now();
         stream.write_all(b"soon,late").unwrap();
@@ -656,9 +646,7 @@ mod proxy_faults {
 
     #[test]
     fn lost_reply_delivers_the_request_and_swallows_the_answer() {
-        let server = echo();
-        let proxy = Proxy::start(server.port);
-        let mut stream = connect(&proxy);
+        let (server, proxy, mut stream) = echo_through_proxy();
         let lost = proxy.lose_reply_to(b"tw");
         assert_eq!(ask(&mut stream, b"one"), Ok(b"one".to_vec()));
         assert!(lost.fired().is_none());

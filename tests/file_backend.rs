@@ -35,14 +35,7 @@ fn the_fencing_counter_survives_a_reboot_and_a_corrupt_one_runs_nothing() {
     );
 
     std::fs::write(&fence, "garbage").unwrap();
-    let out = env.run(["--name", "c", "--", "touch", "ran"]);
-    assert_eq!(code(&out), 69, "{}", text(&out.stderr));
-    assert!(
-        text(&out.stderr).contains("corrupt"),
-        "{}",
-        text(&out.stderr)
-    );
-    assert!(!env.path("ran").exists());
+    env.refuses(env.url(), "c", 69, "corrupt");
 }
 
 #[test]
@@ -104,14 +97,7 @@ fn a_world_writable_state_directory_is_refused_unless_sticky() {
     let env = Scene::file();
     std::fs::create_dir_all(env.state()).unwrap();
     std::fs::set_permissions(env.state(), std::fs::Permissions::from_mode(0o777)).unwrap();
-    let out = env.run(["--name", "x", "--", "touch", "ran"]);
-    assert_eq!(code(&out), 69, "{}", text(&out.stderr));
-    assert!(
-        text(&out.stderr).contains("world-writable"),
-        "{}",
-        text(&out.stderr)
-    );
-    assert!(!env.path("ran").exists());
+    env.refuses(env.url(), "x", 69, "world-writable");
 
     // With the sticky bit, others cannot replace our files: that is a usable shared directory.
     std::fs::set_permissions(env.state(), std::fs::Permissions::from_mode(0o1777)).unwrap();
@@ -132,12 +118,5 @@ fn a_state_directory_another_user_owns_is_refused_even_through_a_symlink() {
     let link = env.path("link");
     std::os::unix::fs::symlink(env.state(), &link).unwrap();
     let url = format!("file://{}", link.display());
-    let out = output(&mut env.cmd_via(&url, ["--name", "x", "--", "touch", "ran"]));
-    assert_eq!(code(&out), 69, "{}", text(&out.stderr));
-    assert!(
-        text(&out.stderr).contains("owned by uid 65534"),
-        "{}",
-        text(&out.stderr)
-    );
-    assert!(!env.path("ran").exists());
+    env.refuses(&url, "x", 69, "owned by uid 65534");
 }

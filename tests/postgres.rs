@@ -48,11 +48,8 @@ fn the_schema_can_be_chosen_and_is_validated() {
     assert_eq!(code(&out), 0, "{}", text(&out.stderr));
     assert_eq!(server.sql("SELECT count(*) FROM jobs_locks.names"), "1");
     // A bad schema is a usage error, judged before connecting.
-    let bad = Scene::new(format!("{}?lockrun_schema=Bad%22Name", server.url()));
-    let out = bad.run(["--name", "s", "--", "touch", "ran"]);
-    assert_eq!(code(&out), 64, "{}", text(&out.stderr));
-    assert!(text(&out.stderr).contains("lockrun_schema"));
-    assert!(!bad.path("ran").exists());
+    let bad = format!("{}?lockrun_schema=Bad%22Name", server.url());
+    chosen.refuses(&bad, "s", 64, "lockrun_schema");
 }
 
 #[test]
@@ -75,15 +72,8 @@ fn tls_is_used_and_verified_when_the_url_asks_for_it() {
     assert_ne!(encrypted, "0", "no lockrun connection uses TLS");
     assert_eq!(code(&holder.finish()), 0);
     // A certificate that the system's roots do not vouch for is refused.
-    let unverified = Scene::new(format!("{}?sslmode=require", server.url()));
-    let out = unverified.run(["--name", "tls", "--", "touch", "ran"]);
-    assert_eq!(code(&out), 69, "{}", text(&out.stderr));
-    assert!(
-        text(&out.stderr).contains("certificate"),
-        "{}",
-        text(&out.stderr)
-    );
-    assert!(!unverified.path("ran").exists());
+    let unverified = format!("{}?sslmode=require", server.url());
+    s.refuses(&unverified, "tls", 69, "certificate");
 }
 
 #[test]

@@ -8,11 +8,12 @@ use std::time::Duration;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
+use crate::support::asserts::assert_said;
 use crate::support::fixture::Fixture;
 use crate::support::lockrun::{BIN, Proc, scrub};
 use crate::support::redis_server::RedisServer;
 use crate::support::scene::Scene;
-use crate::support::wait::{SOON, alive, code, text, wait_for_file, wait_until};
+use crate::support::wait::{SOON, alive, code, number_in, text, wait_for_file, wait_until};
 
 #[test]
 fn the_commands_own_exit_status_is_passed_on() {
@@ -37,7 +38,7 @@ fn a_missing_command_exits_127_and_a_non_executable_one_126() {
     let env = Scene::file();
     let out = env.run(["--name", "x", "--", "/no/such/program"]);
     assert_eq!(code(&out), 127, "{}", text(&out.stderr));
-    assert!(text(&out.stderr).contains("not found"));
+    assert_said(&out, "not found");
 
     let script = env.path("not-executable.sh");
     std::fs::write(&script, "#!/bin/sh\necho hi\n").unwrap();
@@ -171,24 +172,16 @@ fn a_signal_while_waiting_for_the_lock_ends_the_wait_without_running_anything() 
     waiter.signal(Signal::SIGTERM);
     let out = waiter.wait(Duration::from_secs(5));
     assert_eq!(code(&out), 128 + 15, "{}", text(&out.stderr));
-    assert!(
-        text(&out.stderr).contains("interrupted"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_said(&out, "interrupted");
     assert!(!marker.exists());
 }
 
 #[test]
 fn sigkill_of_lockrun_kills_the_command() {
     let env = Scene::file();
-    let pid_file = env.path("child.pid");
-    let script = format!("echo $$ > {}; exec sleep 30", pid_file.display());
-    let mut run = env.spawn(["--name", "die", "--", "sh", "-c", &script]);
-    let child: i32 = wait_for_file(&pid_file, Duration::from_secs(10))
-        .trim()
-        .parse()
-        .unwrap();
+    let script = "echo $$ > child.pid; exec sleep 30";
+    let mut run = env.spawn(["--name", "die", "--", "sh", "-c", script]);
+    let child = number_in(&env.path("child.pid")) as i32;
     assert!(alive(child));
     run.signal(Signal::SIGKILL);
     run.wait(SOON);
@@ -208,14 +201,8 @@ fn the_parent_death_signal_survives_lockrun_idling_for_longer_than_a_worker_thre
     // PR_SET_PDEATHSIG fires when the thread that spawned the command exits. An async runtime's
     // blocking-pool threads exit after 10 s idle; the command must not be killed by that.
     let env = Scene::file();
-    let out = env.run([
-        "--name",
-        "long",
-        "--",
-        "sh",
-        "-c",
-        "sleep 11; echo finished",
-    ]);
+    let script = "sleep 11; echo finished";
+    let out = env.run(["--name", "long", "--", "sh", "-c", script]);
     assert_eq!(code(&out), 0, "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "finished\n");
 }
@@ -232,11 +219,7 @@ fn a_background_grandchild_does_not_keep_the_lock() {
     );
     let out = env.run(["--name", "bg", "--", "sh", "-c", &script]);
     assert_eq!(code(&out), 0);
-    let grandchild: i32 = std::fs::read_to_string(&pid_file)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let grandchild = number_in(&pid_file) as i32;
     assert!(alive(grandchild));
     let out = env.run(["--name", "bg", "--no-wait", "--", "true"]);
     assert_eq!(
@@ -284,14 +267,10 @@ fn an_interactive_command_can_read_the_terminal() {
     );
 }
 
-/// Starts a holder of NAME whose command runs `script`, waits for `ready`, then breaks the lease
-/// by removing the lock file; returns lockrun's output.
-fn lose_lease_while(
-    env: &Scene,
-    name: &str,
-    script: &str,
-    ready: &std::path::Path,
-) -> std::process::Output {
+/// Starts a holder of NAME whose command runs `script`, which leaves a descendant that writes
+/// its pid to `NAME.pid`; then breaks the lease by removing the lock file. lockrun must exit 76;
+/// returns the descendant's pid.
+fn lose_lease_while(env: &Scene, name: &str, script: &str) -> i32 {
     let mut run = env.spawn([
         "--name",
         name,
@@ -304,28 +283,21 @@ fn lose_lease_while(
         "-c",
         script,
     ]);
-    wait_for_file(ready, Duration::from_secs(10));
+    let descendant = number_in(&env.path(&format!("{name}.pid"))) as i32;
     std::fs::remove_file(env.state().join(format!("{name}.lock"))).unwrap();
-    run.wait(Duration::from_secs(10))
+    let out = run.wait(Duration::from_secs(10));
+    assert_eq!(code(&out), 76, "{}", text(&out.stderr));
+    descendant
 }
 
 #[test]
 fn a_lost_lease_stops_descendants_that_left_the_process_group() {
     let env = Scene::file();
-    let pid_file = env.path("daemon.pid");
     // A daemon in a session of its own, deaf to TERM: only lockrun's subreaper sweep reaches it.
-    let script = format!(
-        "setsid sh -c 'trap \"\" TERM; echo $$ > {p}; while :; do sleep 0.05; done' >/dev/null 2>&1 &
-         while :; do sleep 0.05; done",
-        p = pid_file.display()
-    );
-    let out = lose_lease_while(&env, "daemon", &script, &pid_file);
-    assert_eq!(code(&out), 76, "{}", text(&out.stderr));
-    let daemon: i32 = std::fs::read_to_string(&pid_file)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let script = "setsid sh -c 'trap \"\" TERM; echo $$ > daemon.pid; \
+                  while :; do sleep 0.05; done' >/dev/null 2>&1 &
+                  while :; do sleep 0.05; done";
+    let daemon = lose_lease_while(&env, "daemon", script);
     assert!(
         wait_until(Duration::from_secs(5), || !alive(daemon)),
         "the daemon outlived the lost lease"
@@ -335,20 +307,11 @@ fn a_lost_lease_stops_descendants_that_left_the_process_group() {
 #[test]
 fn a_lost_lease_kills_group_members_that_ignore_term_after_the_leader_exits() {
     let env = Scene::file();
-    let pid_file = env.path("stubborn.pid");
     // The leader dies of TERM at once; its background sibling ignores TERM.
-    let script = format!(
-        "sh -c 'trap \"\" TERM; echo $$ > {p}; while :; do sleep 0.05; done' >/dev/null 2>&1 &
-         exec sleep 30",
-        p = pid_file.display()
-    );
-    let out = lose_lease_while(&env, "stubborn", &script, &pid_file);
-    assert_eq!(code(&out), 76, "{}", text(&out.stderr));
-    let stubborn: i32 = std::fs::read_to_string(&pid_file)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let script = "sh -c 'trap \"\" TERM; echo $$ > stubborn.pid; \
+                  while :; do sleep 0.05; done' >/dev/null 2>&1 &
+                  exec sleep 30";
+    let stubborn = lose_lease_while(&env, "stubborn", script);
     assert!(
         !alive(stubborn),
         "a group member outlived lockrun after a lost lease"
@@ -366,11 +329,7 @@ fn after_a_normal_exit_background_descendants_keep_running_without_the_lock() {
     );
     let out = env.run(["--name", "leave", "--", "sh", "-c", &script]);
     assert_eq!(code(&out), 0, "{}", text(&out.stderr));
-    let daemon: i32 = std::fs::read_to_string(&pid_file)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let daemon = number_in(&pid_file) as i32;
     assert!(
         alive(daemon),
         "a normal exit must not kill what the command left running"

@@ -1,6 +1,7 @@
 //! What only the `redis://` backend has: `rediss://` with certificate checks. Everything it shares
 //! with the other backends is in the conformance suite.
 
+use crate::support::asserts::assert_said;
 use crate::support::certs::Certificates;
 use crate::support::lockrun::{lockrun, output};
 use crate::support::redis_server::RedisServer;
@@ -37,9 +38,5 @@ fn rediss_connects_with_a_trusted_certificate_and_refuses_an_unknown_one() {
             ]),
     );
     assert_eq!(code(&untrusted), 69, "{}", text(&untrusted.stderr));
-    assert!(
-        text(&untrusted.stderr).contains(&format!("localhost:{}", server.port())),
-        "{}",
-        text(&untrusted.stderr)
-    );
+    assert_said(&untrusted, &format!("localhost:{}", server.port()));
 }

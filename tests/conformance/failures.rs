@@ -8,9 +8,10 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 
-use crate::support::asserts::{assert_one_line, assert_stopped_before_expiry};
+use crate::support::asserts::{assert_one_line, assert_said, assert_stopped_before_expiry};
 use crate::support::fixture::Fixture;
 use crate::support::holder::Holder;
+use crate::support::proxy::Proxy;
 use crate::support::scene::Scene;
 use crate::support::timing::LeaseTiming;
 use crate::support::wait::{SOON, alive, code, text, wait_before, wait_until};
@@ -25,17 +26,7 @@ pub fn a_crashed_holder_frees_the_lock_within_a_ttl<F: Fixture>() {
     let fx = F::start();
     let s = Scene::new(fx.url());
     let holder = s.hold("gone", "h", &["--ttl", F::TTL]);
-    let mut waiter = s.spawn([
-        "--name",
-        "gone",
-        "--ttl",
-        F::TTL,
-        "--wait",
-        "60s",
-        "--",
-        "touch",
-        "ran",
-    ]);
+    let mut waiter = s.waiter("gone", &["--ttl", F::TTL], "touch ran");
     s.wait_waiters("gone", 1);
     holder.signal(Signal::SIGKILL);
     let bound = match F::EXPIRES {
@@ -60,93 +51,92 @@ pub fn a_crashed_holder_frees_the_lock_within_a_ttl<F: Fixture>() {
 pub fn server_killed_stops_the_holder_before_expiry<F: Fixture>() {
     let mut fx = F::start();
     let s = Scene::new(fx.url());
-    match fx.proxied() {
-        Some((proxy, url)) => {
-            let mut holder = s.hold_via(&url, "crash", "h", &["--ttl", F::TTL]);
-            fx.kill();
-            assert_stopped_before_expiry(&mut holder, &proxy);
-        }
-        None => {
-            let mut holder = s.hold("crash", "h", &["--ttl", F::TTL]);
-            let timing = LeaseTiming::defaults(holder.ttl());
-            fx.kill();
-            let lost = Instant::now();
-            let stopped = wait_before(lost + timing.renew + timing.kill_after / 2, || {
-                !holder.command_alive()
-            });
-            assert!(stopped, "the command was not stopped at the next renewal");
-            let out = holder.exit();
-            assert_eq!(code(&out), 76, "{}", text(&out.stderr));
-            assert!(
-                text(&out.stderr).contains("removed or replaced"),
-                "{}",
-                text(&out.stderr)
-            );
-        }
+    if stops_before_expiry(&mut fx, &s, |fx, _| fx.kill()) {
+        return;
     }
+    let mut holder = s.hold("crash", "h", &["--ttl", F::TTL]);
+    let timing = LeaseTiming::defaults(holder.ttl());
+    fx.kill();
+    let lost = Instant::now();
+    let stopped = wait_before(lost + timing.renew + timing.kill_after / 2, || {
+        !holder.command_alive()
+    });
+    assert!(stopped, "the command was not stopped at the next renewal");
+    let out = holder.exit();
+    assert_eq!(code(&out), 76, "{}", text(&out.stderr));
+    assert_said(&out, "removed or replaced");
 }
 
 /// Guards against a holder whose server freezes (SIGSTOP: connections open, no answers) running
 /// past the point where its lease could expire.
 pub fn server_paused_stops_the_holder_before_expiry<F: Fixture>() {
-    let fx = F::start();
+    let mut fx = F::start();
     let s = Scene::new(fx.url());
-    let Some((proxy, url)) = fx.proxied() else {
-        return kernel_lock_outlives_its_ttl(&s);
-    };
-    let mut holder = s.hold_via(&url, "frozen", "h", &["--ttl", F::TTL]);
-    fx.pause();
-    assert_stopped_before_expiry(&mut holder, &proxy);
+    if !stops_before_expiry(&mut fx, &s, |fx, _| fx.pause()) {
+        kernel_lock_outlives_its_ttl(&s);
+    }
     fx.resume();
 }
 
 /// Guards against a holder whose network goes silent (packets dropped, nothing closed) running
 /// past the point where its lease could expire.
 pub fn silent_network_stops_the_holder_before_expiry<F: Fixture>() {
-    let fx = F::start();
+    let mut fx = F::start();
     let s = Scene::new(fx.url());
+    if !stops_before_expiry(&mut fx, &s, |_, proxy| proxy.blackhole()) {
+        kernel_lock_outlives_its_ttl(&s);
+    }
+}
+
+/// Holds a name through a proxy in front of the server, lets `fault` break the server or the
+/// link, and asserts that the holder stops before its lease could expire. False, having done
+/// nothing, for a backend without a network.
+fn stops_before_expiry<F: Fixture>(
+    fx: &mut F,
+    s: &Scene,
+    fault: impl FnOnce(&mut F, &Proxy),
+) -> bool {
     let Some((proxy, url)) = fx.proxied() else {
-        return kernel_lock_outlives_its_ttl(&s);
+        return false;
     };
-    let mut holder = s.hold_via(&url, "silent", "h", &["--ttl", F::TTL]);
-    proxy.blackhole();
+    let mut holder = s.hold_via(&url, "fault", "h", &["--ttl", F::TTL]);
+    fault(fx, &proxy);
     assert_stopped_before_expiry(&mut holder, &proxy);
+    true
 }
 
 /// Guards against a holder that gives up on a brief outage it could ride through: right after a
-/// confirmed renewal the link goes silent for 2/5 of the TTL, so the next renewal is held in the
-/// silence and answered after it, before the stop point; the command runs on past the lease the
-/// outage would have ended, and exits 0.
+/// renewal (lockrun reports each at `-vv`) the link goes silent for 2/5 of the TTL, so the next
+/// renewal is held in the silence and answered after it, before the stop point; the command runs
+/// on past the lease the outage would have ended, and exits 0.
 pub fn a_brief_outage_is_ridden_through<F: Fixture>() {
     let fx = F::start();
     let s = Scene::new(fx.url());
     let Some((proxy, url)) = fx.proxied() else {
         return kernel_lock_outlives_its_ttl(&s);
     };
-    let mut holder = s.hold_via(&url, "ride", "h", &["--ttl", F::TTL]);
+    let mut holder = s.hold_via(&url, "ride", "h", &["-vv", "--ttl", F::TTL]);
     let timing = LeaseTiming::defaults(holder.ttl());
-    let renewed = proxy
-        .wait_confirmed_after(Instant::now(), timing.ttl)
-        .expect("no renewal within a TTL");
+    let before = holder.renewals().len();
+    let renewed = wait_until(timing.ttl, || holder.renewals().len() > before);
+    assert!(renewed, "no renewal within a TTL");
+    let renewed = Instant::now();
     proxy.blackhole();
-    let silent_at = Instant::now();
     std::thread::sleep(timing.ttl * 2 / 5);
     proxy.heal();
-    let healed = Instant::now();
+    let silence = renewed.elapsed();
+    let held = wait_until(timing.renew, || holder.renewals().len() > before + 1);
+    let renewals = holder.renewals();
     assert!(
-        proxy
-            .wait_confirmed_after(silent_at, timing.renew)
-            .is_some(),
-        "no renewal was answered after the outage ({:?} of silence)",
-        healed - silent_at
+        held && renewals[before + 1] > Duration::from_millis(50),
+        "no renewal was held in the {silence:?} of silence and answered after it: {renewals:?}"
     );
     let stopped = wait_before(renewed + timing.ttl + timing.renew / 2, || {
         !holder.command_alive()
     });
     assert!(
         !stopped,
-        "an outage of {:?} stopped the command; lockrun said:\n{}",
-        healed - silent_at,
+        "an outage of {silence:?} stopped the command; lockrun said:\n{}",
         holder.process.stderr_so_far()
     );
     let out = holder.finish();
@@ -209,7 +199,6 @@ pub fn a_frozen_holder_is_overtaken_and_stopped_when_it_wakes<F: Fixture>() {
     let status = s.status("vm");
     assert_eq!(status["holders"][0]["token"], fresh.token(), "{status}");
     assert_eq!(code(&fresh.finish()), 0);
-    assert_eq!(s.overlaps(), "", "two unfrozen holders ran at once");
 }
 
 /// Guards against `release --force` leaving a semaphore's holders running until their next
@@ -221,20 +210,8 @@ pub fn forced_release_stops_every_holder_at_once<F: Fixture>() {
     let s = Scene::new(fx.url());
     let args = ["--limit", "2", "--ttl", "30s", "--wait", "60s"];
     let mut holders = [s.hold("brk", "a", &args), s.hold("brk", "b", &args)];
-    let mut waiter = s.spawn([
-        "--name",
-        "brk",
-        "--limit",
-        "2",
-        "--ttl",
-        F::TTL,
-        "--wait",
-        "60s",
-        "--",
-        "sh",
-        "-c",
-        "echo $FENCING_TOKEN > w.token",
-    ]);
+    let record = "echo $FENCING_TOKEN > w.token";
+    let mut waiter = s.waiter("brk", &["--limit", "2", "--ttl", F::TTL], record);
     let status = s.wait_waiters("brk", 1);
     assert_eq!(status["limit"], 2, "{status}");
     assert_eq!(

@@ -87,7 +87,7 @@ pub fn status_and_list_show_the_contract_shape<F: Fixture>() {
     assert_eq!(s.list(&["c_"]), json!([]));
     assert_eq!(s.list(&["c%"]), json!([]));
 
-    let mut waiter = s.spawn(["--name", "ci/deploy", "--wait", "30s", "--", "true"]);
+    let mut waiter = s.waiter("ci/deploy", &[], "true");
     assert_eq!(
         s.wait_waiters("ci/deploy", 1)["holders"][0]["token"],
         holder.token()
@@ -212,35 +212,26 @@ pub fn unreachable_backend_exits_69_naming_it<F: Fixture>() {
 /// directory lockrun must not use fails as fast, naming the problem.
 pub fn silent_server_at_startup_exits_69<F: Fixture>() {
     let fx = F::start();
+    let s = Scene::new(fx.url());
     let started = Instant::now();
-    let (s, out, named) = match fx.proxied() {
+    match fx.proxied() {
         Some((proxy, url)) => {
             proxy.blackhole();
-            let s = Scene::new(url);
-            let out = s.run(["--name", "x", "--", "touch", "ran"]);
+            s.refuses(&url, "x", 69, &format!("127.0.0.1:{}", proxy.port()));
             assert!(proxy.accepted() > 0, "lockrun never connected to the proxy");
-            (s, out, format!("127.0.0.1:{}", proxy.port()))
         }
         None => {
-            let state = fx
-                .url()
-                .strip_prefix("file://")
-                .expect("a file URL")
-                .to_owned();
-            std::fs::create_dir_all(&state).unwrap();
-            std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o777)).unwrap();
-            let s = Scene::new(fx.url());
-            let out = s.run(["--name", "x", "--", "touch", "ran"]);
-            (s, out, "world-writable".to_owned())
+            let state = s.url().strip_prefix("file://").expect("a file URL");
+            std::fs::create_dir_all(state).unwrap();
+            std::fs::set_permissions(state, std::fs::Permissions::from_mode(0o777)).unwrap();
+            s.refuses(s.url(), "x", 69, "world-writable");
         }
-    };
-    assert_one_line(&out, 69, &named);
+    }
     assert!(
         started.elapsed() < Duration::from_secs(8),
         "gave up only after {:?}",
         started.elapsed()
     );
-    assert!(!s.path("ran").exists());
 }
 
 /// Guards against a malformed URL being echoed with its password or read as anything but a usage
@@ -266,9 +257,7 @@ pub fn malformed_urls_exit_64_without_the_password<F: Fixture>() {
         assert_hidden(&stderr, &["Sec1", "Ret2"]);
     }
     for (url, word) in F::malformed() {
-        let out = output(&mut s.cmd_via(&url, ["--name", "x", "--", "touch", "ran"]));
-        let line = assert_one_line(&out, 64, &word);
-        assert_hidden(&line, &["hunter2"]);
+        assert_hidden(&s.refuses(&url, "x", 64, &word), &["hunter2"]);
     }
     assert!(!s.path("ran").exists());
 }

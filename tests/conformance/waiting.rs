@@ -5,6 +5,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use nix::sys::signal::Signal;
 
+use crate::support::asserts::assert_said;
 use crate::support::fixture::Fixture;
 use crate::support::scene::Scene;
 use crate::support::wait::{SOON, code, read_trimmed, text, wait_until};
@@ -28,13 +29,11 @@ pub fn busy_exits_75_or_the_chosen_code<F: Fixture>() {
 
     let out = touch(&["--no-wait"]);
     assert_eq!(code(&out), 75, "{}", text(&out.stderr));
-    let holder_named = format!("busy (held by pid {} on ", holder.process.pid());
-    let stderr = text(&out.stderr);
-    assert!(stderr.contains(&holder_named), "{stderr}");
-    assert!(
-        stderr.contains(&format!("token {}", holder.token())),
-        "{stderr}"
+    assert_said(
+        &out,
+        &format!("busy (held by pid {} on ", holder.process.pid()),
     );
+    assert_said(&out, &format!("token {}", holder.token()));
 
     let out = touch(&["--no-wait", "--busy-exit-code", "0"]);
     assert_eq!(code(&out), 0, "{}", text(&out.stderr));
@@ -66,11 +65,7 @@ pub fn wait_runs_out_with_75_and_leaves_no_waiter<F: Fixture>() {
         started.elapsed() >= Duration::from_millis(300),
         "gave up early"
     );
-    assert!(
-        text(&out.stderr).contains("after waiting"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_said(&out, "after waiting");
     assert!(!s.path("ran").exists());
     assert_eq!(
         s.status("slow")["waiters"],
@@ -88,18 +83,7 @@ pub fn waiters_are_served_in_arrival_order<F: Fixture>() {
     let mut waiters = Vec::new();
     for i in 0..5 {
         let script = format!("echo {i} $FENCING_TOKEN >> order");
-        waiters.push(s.spawn([
-            "--name",
-            "line",
-            "--ttl",
-            F::TTL,
-            "--wait",
-            "60s",
-            "--",
-            "sh",
-            "-c",
-            &script,
-        ]));
+        waiters.push(s.waiter("line", &["--ttl", F::TTL], &script));
         s.wait_waiters("line", i + 1);
     }
     assert_eq!(code(&holder.finish()), 0);
@@ -133,17 +117,8 @@ pub fn a_release_wakes_the_next_waiter<F: Fixture>() {
     for round in 0..7 {
         let mut holder = s.hold("hand", &format!("h{round}"), &["--ttl", F::TTL]);
         let started = s.path(&format!("w{round}.started"));
-        let mut waiter = s.spawn([
-            "--name",
-            "hand",
-            "--ttl",
-            F::TTL,
-            "--wait",
-            "30s",
-            "--",
-            "touch",
-            started.to_str().unwrap(),
-        ]);
+        let touch = format!("touch {}", started.display());
+        let mut waiter = s.waiter("hand", &["--ttl", F::TTL], &touch);
         s.wait_waiters("hand", 1);
         let out = holder.finish();
         let released = SystemTime::now();
@@ -167,19 +142,9 @@ pub fn a_dead_waiter_does_not_block_the_line<F: Fixture>() {
     let fx = F::start();
     let s = Scene::new(fx.url());
     let mut holder = s.hold("dead", "h", &["--ttl", F::TTL]);
-    let wait = [
-        "--name",
-        "dead",
-        "--ttl",
-        F::TTL,
-        "--wait",
-        "60s",
-        "--",
-        "touch",
-    ];
-    let mut first = s.spawn([&wait[..], &["first"]].concat());
+    let mut first = s.waiter("dead", &["--ttl", F::TTL], "touch first");
     s.wait_waiters("dead", 1);
-    let mut second = s.spawn([&wait[..], &["second"]].concat());
+    let mut second = s.waiter("dead", &["--ttl", F::TTL], "touch second");
     s.wait_waiters("dead", 2);
     first.signal(Signal::SIGKILL);
     first.wait(SOON);
@@ -206,30 +171,11 @@ pub fn a_waiter_that_gives_up_leaves_the_line_at_once<F: Fixture>() {
         let name = format!("give-{how}");
         let mut holder = s.hold(&name, &format!("h-{how}"), &["--ttl", F::TTL]);
         let patience = if how == "wait" { "2s" } else { "60s" };
-        let mut quitter = s.spawn([
-            "--name",
-            &name,
-            "--ttl",
-            F::TTL,
-            "--wait",
-            patience,
-            "--",
-            "touch",
-            "quitter",
-        ]);
+        let patience = ["--name", &name, "--ttl", F::TTL, "--wait", patience];
+        let mut quitter = s.spawn([&patience[..], &["--", "touch", "quitter"]].concat());
         s.wait_waiters(&name, 1);
         let next = format!("next-{how}");
-        let mut waiter = s.spawn([
-            "--name",
-            &name,
-            "--ttl",
-            F::TTL,
-            "--wait",
-            "60s",
-            "--",
-            "touch",
-            &next,
-        ]);
+        let mut waiter = s.waiter(&name, &["--ttl", F::TTL], &format!("touch {next}"));
         s.wait_waiters(&name, 2);
         match how {
             "term" => quitter.signal(Signal::SIGTERM),
@@ -262,18 +208,8 @@ pub fn a_frozen_waiters_place_expires_and_is_never_used<F: Fixture>() {
     let fx = F::start();
     let s = Scene::new(fx.url());
     let mut holder = s.hold("stale", "h", &["--ttl", F::TTL]);
-    let mut waiter = s.spawn([
-        "--name",
-        "stale",
-        "--ttl",
-        F::TTL,
-        "--wait",
-        "60s",
-        "--",
-        "sh",
-        "-c",
-        "echo $FENCING_TOKEN > w.token",
-    ]);
+    let record = "echo $FENCING_TOKEN > w.token";
+    let mut waiter = s.waiter("stale", &["--ttl", F::TTL], record);
     s.wait_waiters("stale", 1);
     waiter.signal(Signal::SIGSTOP);
     if F::EXPIRES {

@@ -58,6 +58,12 @@ pub fn assert_one_line(out: &Output, status: i32, needle: &str) -> String {
     stderr
 }
 
+/// lockrun's stderr contains `needle`.
+pub fn assert_said(out: &Output, needle: &str) {
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains(needle), "{needle:?} is not in: {stderr}");
+}
+
 /// None of `secrets` shows in `seen`.
 pub fn assert_hidden(seen: &str, secrets: &[&str]) {
     for secret in secrets {

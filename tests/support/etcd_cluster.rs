@@ -290,9 +290,6 @@ impl<const MEMBERS: usize> DerefMut for Etcd<MEMBERS> {
 
 impl<const MEMBERS: usize> Fixture for Etcd<MEMBERS> {
     const TTL: &'static str = "3s";
-    const EXPIRES: bool = true;
-    const FORCE_RELEASE: bool = true;
-    const FIFO: bool = true;
     const SERVER_CLOCK: bool = false;
 
     fn start() -> Self {
@@ -332,9 +329,9 @@ impl<const MEMBERS: usize> Fixture for Etcd<MEMBERS> {
 
     /// Every request through one proxy in front of member 0 (the URL names no other member).
     fn proxied(&self) -> Option<(Proxy, String)> {
-        let proxy = Proxy::start(self.client_port(0));
-        let url = format!("etcd://{}127.0.0.1:{}", self.userinfo(), proxy.port());
-        Some((proxy, url))
+        Some(Proxy::in_front_of(self.client_port(0), |port| {
+            format!("etcd://{}127.0.0.1:{port}", self.userinfo())
+        }))
     }
 
     fn kill(&mut self) {

@@ -39,7 +39,6 @@ impl FileDir {
 }
 
 impl Fixture for FileDir {
-    const TTL: &'static str = "2s";
     const EXPIRES: bool = false;
     const FORCE_RELEASE: bool = false;
     const FIFO: bool = false;

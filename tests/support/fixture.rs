@@ -20,18 +20,20 @@ pub enum Counter {
     AtLeast(u64),
 }
 
+/// The capabilities default to what the contract promises on a networked backend; a fixture
+/// overrides what its backend does differently.
 pub trait Fixture: Sized {
     /// The TTL its scenarios ask for (etcd raises shorter leases to 2 s, so its fixtures use 3 s).
-    const TTL: &'static str;
+    const TTL: &'static str = "2s";
     /// Leases run out by the backend's clock when no renewal comes (not for a kernel lock, which
     /// lasts exactly as long as its holder process).
-    const EXPIRES: bool;
+    const EXPIRES: bool = true;
     /// `release --force` breaks a holder (a kernel lock cannot be stolen).
-    const FORCE_RELEASE: bool;
+    const FORCE_RELEASE: bool = true;
     /// Waiters are served in arrival order (promised on the networked backends).
-    const FIFO: bool;
+    const FIFO: bool = true;
     /// The backend has a clock that `lockrun drill` can compare with the host's.
-    const SERVER_CLOCK: bool;
+    const SERVER_CLOCK: bool = true;
 
     /// Starts a fresh backend that no other test uses.
     fn start() -> Self;

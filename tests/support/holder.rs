@@ -2,9 +2,6 @@
 //! records its fencing token (`TAG.token`) and its granted TTL (`TAG.ttl`), appends a line to `overlaps` if any other critical section is still running, then
 //! records its pid (`TAG.pid`) and runs until the file `TAG.release` appears (or it is stopped).
 //! All files are in the working directory the test gave it.
-//!
-//! A command whose lockrun was stopped (SIGSTOP: a paused VM) may be overtaken by design; such a
-//! stopped command does not count as running.
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -15,7 +12,7 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 
 use super::lockrun::{Proc, RUN_LIMIT};
-use super::wait::{SOON, alive, read_trimmed, wait_for_file, wait_until};
+use super::wait::{SOON, alive, number_in, read_trimmed, wait_until};
 
 /// The shell script of the critical section for `tag`.
 pub fn critical(tag: &str) -> String {
@@ -23,7 +20,7 @@ pub fn critical(tag: &str) -> String {
         "echo $FENCING_TOKEN > {tag}.token; echo $LOCKRUN_TTL_MS > {tag}.ttl; \
          for f in *.pid; do [ -e \"$f\" ] || continue; p=$(cat \"$f\"); \
          s=$(cut -d' ' -f2,3 \"/proc/$p/stat\" 2>/dev/null); \
-         case \"$s\" in ''|'(sh) Z'|'(sh) T') ;; '(sh) '*) echo \"{tag} started while $f ran\" >> overlaps;; esac; \
+         case \"$s\" in ''|'(sh) Z') ;; '(sh) '*) echo \"{tag} started while $f ran: $s\" >> overlaps;; esac; \
          done; \
          echo $$ > {tag}.pid; while [ ! -e {tag}.release ]; do sleep 0.02; done"
     )
@@ -83,31 +80,36 @@ impl Holder {
         read_trimmed(&self.file("pid")).is_some()
     }
 
-    fn number(&self, suffix: &str) -> u64 {
-        let value = wait_for_file(&self.file(suffix), SOON);
-        value
-            .parse()
-            .unwrap_or_else(|_| panic!("{}.{suffix} is not a number: {value:?}", self.tag))
-    }
-
     /// The fencing token its command got.
     pub fn token(&self) -> u64 {
-        self.number("token")
+        number_in(&self.file("token"))
     }
 
     /// The lease the backend granted (`LOCKRUN_TTL_MS`).
     pub fn ttl(&self) -> Duration {
-        Duration::from_millis(self.number("ttl"))
+        Duration::from_millis(number_in(&self.file("ttl")))
     }
 
     /// The command's pid (the `sh` of the critical section).
     pub fn child_pid(&self) -> i32 {
-        self.number("pid") as i32
+        number_in(&self.file("pid")) as i32
     }
 
     /// Whether the command is still alive.
     pub fn command_alive(&self) -> bool {
         alive(self.child_pid())
+    }
+
+    /// How long each renewal lockrun has confirmed so far took, from its `-vv` lines
+    /// ("renewed in N ms"); empty without `-vv`.
+    pub fn renewals(&self) -> Vec<Duration> {
+        self.process
+            .stderr_so_far()
+            .lines()
+            .filter_map(|line| line.strip_prefix("lockrun: renewed in "))
+            .filter_map(|rest| rest.strip_suffix(" ms")?.parse().ok())
+            .map(Duration::from_millis)
+            .collect()
     }
 
     /// Lets the command end normally, and waits for lockrun to exit.
@@ -132,9 +134,12 @@ impl Holder {
         self.signal_groups(Signal::SIGSTOP);
     }
 
-    /// Continues what [`Holder::freeze`] stopped.
+    /// Continues what [`Holder::freeze`] stopped. The command's group may be gone by the time
+    /// it is reached: lockrun, continued first, may have stopped it already.
     pub fn thaw(&self) {
-        self.signal_groups(Signal::SIGCONT);
+        for group in [self.process.pid(), self.child_pid()] {
+            let _ = killpg(Pid::from_raw(group), Signal::SIGCONT);
+        }
     }
 
     fn signal_groups(&self, signal: Signal) {

@@ -66,11 +66,11 @@ impl Pipe {
             let bytes = Arc::clone(&bytes);
             std::thread::spawn(move || {
                 let mut buf = [0u8; 4096];
-                while let Ok(n) = source.read(&mut buf) {
-                    if n == 0 {
-                        break;
+                loop {
+                    match source.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => lock(&bytes).extend_from_slice(&buf[..n]),
                     }
-                    lock(&bytes).extend_from_slice(&buf[..n]);
                 }
             })
         });

@@ -274,12 +274,6 @@ impl PgServer {
 }
 
 impl Fixture for PgServer {
-    const TTL: &'static str = "2s";
-    const EXPIRES: bool = true;
-    const FORCE_RELEASE: bool = true;
-    const FIFO: bool = true;
-    const SERVER_CLOCK: bool = true;
-
     fn start() -> Self {
         PgServer::start()
     }
@@ -297,9 +291,7 @@ impl Fixture for PgServer {
     }
 
     fn proxied(&self) -> Option<(Proxy, String)> {
-        let proxy = Proxy::start(self.port);
-        let url = self.url_on(proxy.port());
-        Some((proxy, url))
+        Some(Proxy::in_front_of(self.port, |port| self.url_on(port)))
     }
 
     fn kill(&mut self) {

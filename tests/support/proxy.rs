@@ -150,6 +150,13 @@ impl Proxy {
         Proxy { port, shared }
     }
 
+    /// A proxy to `127.0.0.1:upstream`, and the backend URL that `url_on` makes for its port.
+    pub fn in_front_of(upstream: u16, url_on: impl FnOnce(u16) -> String) -> (Self, String) {
+        let proxy = Proxy::start(upstream);
+        let url = url_on(proxy.port);
+        (proxy, url)
+    }
+
     pub fn port(&self) -> u16 {
         self.port
     }

@@ -143,12 +143,6 @@ impl RedisServer {
 }
 
 impl Fixture for RedisServer {
-    const TTL: &'static str = "2s";
-    const EXPIRES: bool = true;
-    const FORCE_RELEASE: bool = true;
-    const FIFO: bool = true;
-    const SERVER_CLOCK: bool = true;
-
     fn start() -> Self {
         RedisServer::start()
     }
@@ -166,9 +160,7 @@ impl Fixture for RedisServer {
     }
 
     fn proxied(&self) -> Option<(Proxy, String)> {
-        let proxy = Proxy::start(self.port);
-        let url = self.url_on(proxy.port());
-        Some((proxy, url))
+        Some(Proxy::in_front_of(self.port, |port| self.url_on(port)))
     }
 
     fn kill(&mut self) {

@@ -9,6 +9,7 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
+use super::asserts::assert_one_line;
 use super::holder::Holder;
 use super::lockrun::{Proc, lockrun, output};
 use super::wait::{SOON, code, text, wait_until};
@@ -92,6 +93,23 @@ impl Scene {
         S: AsRef<OsStr>,
     {
         Proc::spawn(&mut self.cmd(args))
+    }
+
+    /// Runs `lockrun --backend URL --name NAME -- touch ran` through `url`, which must fail with
+    /// `status` and one line naming `needle`, and run nothing. Returns the line.
+    pub fn refuses(&self, url: &str, name: &str, status: i32, needle: &str) -> String {
+        let out = output(&mut self.cmd_via(url, ["--name", name, "--", "touch", "ran"]));
+        let line = assert_one_line(&out, status, needle);
+        assert!(!self.path("ran").exists(), "the command ran");
+        line
+    }
+
+    /// Starts `lockrun --backend URL --name NAME --wait 60s OPTIONS... -- sh -c SCRIPT` in the
+    /// background: a run that waits its turn.
+    pub fn waiter(&self, name: &str, options: &[&str], script: &str) -> Proc {
+        let mut cmd = self.cmd(["--name", name, "--wait", "60s"]);
+        cmd.args(options).args(["--", "sh", "-c", script]);
+        Proc::spawn(&mut cmd)
     }
 
     /// Starts a holder of NAME (see [`Holder`]) and waits until its command runs.

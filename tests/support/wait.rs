@@ -51,6 +51,14 @@ pub fn read_trimmed(path: &Path) -> Option<String> {
     (!contents.is_empty()).then(|| contents.to_owned())
 }
 
+/// The one number written in `path` (waiting for it to appear).
+pub fn number_in(path: &Path) -> u64 {
+    let value = wait_for_file(path, SOON);
+    value
+        .parse()
+        .unwrap_or_else(|_| panic!("{} holds {value:?}, not a number", path.display()))
+}
+
 /// The numbers in `path`, one per line (none when it is missing).
 pub fn numbers_in(path: &Path) -> Vec<u64> {
     std::fs::read_to_string(path)
