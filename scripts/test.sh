@@ -31,6 +31,7 @@ fi
 
 cargo fmt --all -- --check
 cargo clippy --locked --all-targets -- -D warnings
-cargo test --locked --all-targets
+# One integration-test binary whose tests mostly wait on servers and timers: run 8 at a time.
+cargo test --locked --all-targets -- --test-threads 8
 python3 bench/test_soak_check.py
 python3 bench/soak.py --ci --backend all --bin target/debug/lockrun
