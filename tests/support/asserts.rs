@@ -14,6 +14,30 @@ use super::wait::{alive, code, text, wait_until};
 /// reply followed), and lockrun must exit 76. A lockrun that overstays its lease, or that spends
 /// its stop-early budget (the TERM grace and the margin), fails here.
 pub fn assert_stopped_before_expiry(holder: &mut Holder, proxy: &Proxy) {
+    assert_stopped_by_stop_point(holder, |_| {
+        assert!(
+            proxy.accepted() > 0,
+            "the holder's traffic never went through the proxy"
+        );
+        proxy
+            .confirmed()
+            .expect("no request of the holder's was ever answered")
+    });
+}
+
+/// [`assert_stopped_before_expiry`] for a holder run with `-vv`, counting from the last renewal
+/// lockrun itself reported: for faults where the server still answers, with errors.
+pub fn assert_stopped_after_its_last_renewal(holder: &mut Holder) {
+    assert_stopped_by_stop_point(holder, |holder| {
+        holder
+            .last_renewal_sent()
+            .expect("lockrun reported no renewal (is it run with -vv?)")
+    });
+}
+
+/// The command must be dead by the stop point of a lease last confirmed by a request sent no
+/// later than `confirmed` (asked once the command died), and lockrun must exit 76.
+fn assert_stopped_by_stop_point(holder: &mut Holder, confirmed: impl FnOnce(&Holder) -> Instant) {
     let timing = LeaseTiming::defaults(holder.ttl());
     let pid = holder.child_pid();
     let dead = wait_until(timing.ttl * 2, || !alive(pid));
@@ -23,13 +47,7 @@ pub fn assert_stopped_before_expiry(holder: &mut Holder, proxy: &Proxy) {
         "the command was never stopped; lockrun said:\n{}",
         holder.process.stderr_so_far()
     );
-    assert!(
-        proxy.accepted() > 0,
-        "the holder's traffic never went through the proxy"
-    );
-    let confirmed = proxy
-        .confirmed()
-        .expect("no request of the holder's was ever answered");
+    let confirmed = confirmed(holder);
     let bound = timing.seen_dead_by(confirmed);
     assert!(
         seen_dead <= bound,

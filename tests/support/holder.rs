@@ -6,7 +6,7 @@
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
@@ -100,16 +100,26 @@ impl Holder {
         alive(self.child_pid())
     }
 
-    /// How long each renewal lockrun has confirmed so far took, from its `-vv` lines
-    /// ("renewed in N ms"); empty without `-vv`.
-    pub fn renewals(&self) -> Vec<Duration> {
+    /// Each renewal lockrun has confirmed so far, from its `-vv` lines ("renewed in N ms"): when
+    /// the test read the line, and how long the renewal took. Empty without `-vv`.
+    pub fn renewals(&self) -> Vec<(Instant, Duration)> {
         self.process
-            .stderr_so_far()
-            .lines()
-            .filter_map(|line| line.strip_prefix("lockrun: renewed in "))
-            .filter_map(|rest| rest.strip_suffix(" ms")?.parse().ok())
-            .map(Duration::from_millis)
+            .stderr_lines()
+            .into_iter()
+            .filter_map(|(read, line)| {
+                let ms = line
+                    .strip_prefix("lockrun: renewed in ")?
+                    .strip_suffix(" ms")?;
+                Some((read, Duration::from_millis(ms.parse().ok()?)))
+            })
             .collect()
+    }
+
+    /// A moment no earlier than when the last confirmed renewal was sent (it was sent N ms, or a
+    /// little more, before its answer, which came before the test read the line).
+    pub fn last_renewal_sent(&self) -> Option<Instant> {
+        let (read, took) = self.renewals().pop()?;
+        Some(read - took)
     }
 
     /// Lets the command end normally, and waits for lockrun to exit.

@@ -6,7 +6,7 @@ use std::io::Read;
 use std::process::{Child, ChildStdin, Command, Output, Stdio};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -55,26 +55,62 @@ pub struct Proc {
 
 /// One output pipe, read to its end by a thread.
 struct Pipe {
-    bytes: Arc<Mutex<Vec<u8>>>,
+    received: Arc<Mutex<Received>>,
     reader: Option<JoinHandle<()>>,
+}
+
+/// What came through a pipe so far, and when: each read's arrival and the length by then.
+#[derive(Default)]
+struct Received {
+    bytes: Vec<u8>,
+    arrivals: Vec<(Instant, usize)>,
 }
 
 impl Pipe {
     fn read(source: Option<impl Read + Send + 'static>) -> Pipe {
-        let bytes = Arc::new(Mutex::new(Vec::new()));
+        let received = Arc::new(Mutex::new(Received::default()));
         let reader = source.map(|mut source| {
-            let bytes = Arc::clone(&bytes);
+            let received = Arc::clone(&received);
             std::thread::spawn(move || {
                 let mut buf = [0u8; 4096];
                 loop {
                     match source.read(&mut buf) {
                         Ok(0) | Err(_) => break,
-                        Ok(n) => lock(&bytes).extend_from_slice(&buf[..n]),
+                        Ok(n) => {
+                            let mut received = lock(&received);
+                            received.bytes.extend_from_slice(&buf[..n]);
+                            let length = received.bytes.len();
+                            received.arrivals.push((Instant::now(), length));
+                        }
                     }
                 }
             })
         });
-        Pipe { bytes, reader }
+        Pipe { received, reader }
+    }
+
+    fn text(&self) -> String {
+        text(&lock(&self.received).bytes)
+    }
+
+    /// Each complete line so far, with when the read that completed it arrived.
+    fn lines(&self) -> Vec<(Instant, String)> {
+        let received = lock(&self.received);
+        let mut lines = Vec::new();
+        let mut start = 0;
+        for (at, byte) in received.bytes.iter().enumerate() {
+            if *byte != b'\n' {
+                continue;
+            }
+            let (arrived, _) = received
+                .arrivals
+                .iter()
+                .find(|(_, length)| *length > at)
+                .expect("every byte arrived in a read");
+            lines.push((*arrived, text(&received.bytes[start..at])));
+            start = at + 1;
+        }
+        lines
     }
 
     fn closed(&self) -> bool {
@@ -87,7 +123,7 @@ impl Pipe {
         {
             let _ = reader.join();
         }
-        std::mem::take(&mut *lock(&self.bytes))
+        std::mem::take(&mut lock(&self.received).bytes)
     }
 }
 
@@ -133,7 +169,12 @@ impl Proc {
 
     /// What it wrote to stderr so far.
     pub fn stderr_so_far(&self) -> String {
-        text(&lock(&self.stderr.bytes))
+        self.stderr.text()
+    }
+
+    /// The lines it wrote to stderr so far, each with when the test read it.
+    pub fn stderr_lines(&self) -> Vec<(Instant, String)> {
+        self.stderr.lines()
     }
 
     /// Waits up to `limit` for it to exit and returns its status and output; kills it and fails
