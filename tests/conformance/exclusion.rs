@@ -8,14 +8,6 @@ use crate::support::fixture::{Counter, Fixture};
 use crate::support::scene::Scene;
 use crate::support::wait::{SOON, code, numbers_in, text, wait_until};
 
-/// The TTL a fixture's scenarios ask for, in milliseconds.
-pub fn ttl_ms<F: Fixture>() -> u64 {
-    let ttl = humantime::parse_duration(F::TTL).expect("a fixture's TTL is a duration");
-    ttl.as_millis()
-        .try_into()
-        .expect("a TTL in milliseconds fits")
-}
-
 /// Guards against lost updates: four workers run five read-modify-write sections each on one
 /// name; every update lands, tokens rise in the order the sections ran, and the backend's own
 /// counter agrees.
@@ -66,7 +58,7 @@ pub fn tokens_strictly_rise_and_reach_the_child<F: Fixture>() {
     assert_eq!(tokens.len(), 3);
     assert!(tokens.windows(2).all(|p| p[0] < p[1]), "{tokens:?}");
     let env = std::fs::read_to_string(s.path("env")).unwrap();
-    assert_eq!(env.trim(), format!("tok {} 0", ttl_ms::<F>()));
+    assert_eq!(env.trim(), format!("tok {} 0", F::ttl().as_millis()));
 
     let renamed = "echo ${FENCE}-${FENCING_TOKEN:-unset} > renamed";
     let out = s.run([

@@ -6,7 +6,6 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::exclusion::ttl_ms;
 use crate::support::asserts::{assert_hidden, assert_one_line};
 use crate::support::fixture::Fixture;
 use crate::support::lockrun::{lockrun, output};
@@ -63,7 +62,7 @@ pub fn status_and_list_show_the_contract_shape<F: Fixture>() {
     assert!(h["host"].as_str().is_some_and(|s| !s.is_empty()), "{h}");
     assert!(h["user"].as_str().is_some_and(|s| !s.is_empty()), "{h}");
     let left = h["expires_in_ms"].as_u64().expect("expires_in_ms");
-    assert!(left > 0 && left <= ttl_ms::<F>(), "{h}");
+    assert!(left > 0 && u128::from(left) <= F::ttl().as_millis(), "{h}");
     let acquired = h["acquired_at"].as_str().expect("acquired_at");
     assert!(
         humantime::parse_rfc3339(acquired).is_ok() && acquired.ends_with('Z'),

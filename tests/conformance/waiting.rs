@@ -14,10 +14,6 @@ use crate::support::wait::{SOON, code, read_trimmed, text, wait_until};
 /// its lease).
 const PLACE_KEPT: Duration = Duration::from_secs(3);
 
-fn ttl<F: Fixture>() -> Duration {
-    humantime::parse_duration(F::TTL).expect("a fixture's TTL is a duration")
-}
-
 /// Guards against a busy lock that runs the command, waits when told not to, leaves a waiter
 /// behind, or speaks when a cron line asked for silence.
 pub fn busy_exits_75_or_the_chosen_code<F: Fixture>() {
@@ -150,7 +146,7 @@ pub fn a_dead_waiter_does_not_block_the_line<F: Fixture>() {
     first.wait(SOON);
     assert_eq!(code(&holder.finish()), 0);
     let bound = match F::EXPIRES {
-        true => PLACE_KEPT.max(ttl::<F>()) + Duration::from_secs(2),
+        true => PLACE_KEPT.max(F::ttl()) + Duration::from_secs(2),
         false => Duration::from_secs(1),
     };
     assert!(

@@ -8,6 +8,7 @@
 //! alternative instead of skipping (a kernel lock never expires: a crashed holder frees it at once).
 
 use std::net::TcpListener;
+use std::time::Duration;
 
 use super::proxy::Proxy;
 
@@ -34,6 +35,11 @@ pub trait Fixture: Sized {
     const FIFO: bool = true;
     /// The backend has a clock that `lockrun drill` can compare with the host's.
     const SERVER_CLOCK: bool = true;
+
+    /// [`Fixture::TTL`] as a duration.
+    fn ttl() -> Duration {
+        humantime::parse_duration(Self::TTL).expect("a fixture's TTL is a duration")
+    }
 
     /// Starts a fresh backend that no other test uses.
     fn start() -> Self;
