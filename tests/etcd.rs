@@ -6,7 +6,9 @@
 
 use std::time::{Duration, Instant};
 
-use crate::support::asserts::{assert_said, assert_stopped_after_its_last_renewal};
+use crate::support::asserts::{
+    assert_rode_through, assert_said, assert_stopped_after_its_last_renewal,
+};
 use crate::support::certs::Certificates;
 use crate::support::etcd_cluster::{Etcd, EtcdCluster};
 use crate::support::fixture::Fixture;
@@ -16,7 +18,7 @@ use crate::support::proxy::Proxy;
 use crate::support::scene::Scene;
 use crate::support::timing::LeaseTiming;
 use crate::support::tools;
-use crate::support::wait::{SOON, code, numbers_in, text, wait_before, wait_until};
+use crate::support::wait::{SOON, code, numbers_in, text, wait_until};
 
 #[test]
 fn granted_ttl_is_raised_to_the_server_minimum() {
@@ -65,16 +67,7 @@ fn holder_renewing_through(s: &Scene, proxy: &Proxy, name: &str) -> (Holder, Lea
 /// The holder's command must still run well past the lease that the fault at `fault_at` would
 /// have ended had lockrun not carried on through the other members; then it ends normally.
 fn rides_through(holder: &mut Holder, timing: LeaseTiming, fault_at: Instant) {
-    let stopped = wait_before(fault_at + timing.ttl + timing.renew, || {
-        !holder.command_alive()
-    });
-    assert!(
-        !stopped,
-        "the command was stopped; lockrun said:\n{}",
-        holder.process.stderr_so_far()
-    );
-    let out = holder.finish();
-    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    assert_rode_through(holder, fault_at + timing.ttl + timing.renew);
 }
 
 #[test]

@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 
-use crate::support::asserts::{assert_one_line, assert_said, assert_stopped_before_expiry};
+use crate::support::asserts::{
+    assert_one_line, assert_rode_through, assert_said, assert_stopped_before_expiry,
+};
 use crate::support::fixture::Fixture;
 use crate::support::holder::Holder;
 use crate::support::proxy::Proxy;
@@ -141,16 +143,7 @@ pub fn a_brief_outage_is_ridden_through<F: Fixture>() {
         held && renewals[before].1 > Duration::from_millis(50),
         "no renewal was held in the {silence:?} of silence and answered after it: {renewals:?}"
     );
-    let stopped = wait_before(renewed + timing.ttl + timing.renew / 2, || {
-        !holder.command_alive()
-    });
-    assert!(
-        !stopped,
-        "an outage of {silence:?} stopped the command; lockrun said:\n{}",
-        holder.process.stderr_so_far()
-    );
-    let out = holder.finish();
-    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    assert_rode_through(&mut holder, renewed + timing.ttl + timing.renew / 2);
 }
 
 /// Without a server or a network, the alternative the file backend documents: a kernel lock does

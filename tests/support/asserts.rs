@@ -7,7 +7,7 @@ use std::time::Instant;
 use super::holder::Holder;
 use super::proxy::Proxy;
 use super::timing::LeaseTiming;
-use super::wait::{alive, code, text, wait_until};
+use super::wait::{alive, code, text, wait_before, wait_until};
 
 /// The holder, whose traffic went through `proxy`, lost its backend: its command must be dead by
 /// its stop point, counted from the last renewal the server side confirmed (the latest request a
@@ -59,6 +59,19 @@ fn assert_stopped_by_stop_point(holder: &mut Holder, confirmed: impl FnOnce(&Hol
     );
     let out = holder.exit();
     assert_eq!(code(&out), 76, "{}", text(&out.stderr));
+}
+
+/// The holder rode through a fault: its command still runs at `until` (past the lease the fault
+/// would have ended), then it ends normally and lockrun exits 0.
+pub fn assert_rode_through(holder: &mut Holder, until: Instant) {
+    let stopped = wait_before(until, || !holder.command_alive());
+    assert!(
+        !stopped,
+        "the command was stopped; lockrun said:\n{}",
+        holder.process.stderr_so_far()
+    );
+    let out = holder.finish();
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
 }
 
 /// lockrun failed with `status`, printing one `lockrun: ` line on stderr that contains `needle`
