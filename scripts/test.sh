@@ -15,7 +15,8 @@ command -v psql >/dev/null 2>&1 || missing+=(postgresql-client)
 command -v setpriv >/dev/null 2>&1 || missing+=(util-linux)
 command -v script >/dev/null 2>&1 || missing+=(bsdutils)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
-[ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ] || missing+=(faketime)
+# libfaketime's preload library, wherever the architecture puts it (package libfaketime).
+compgen -G '/usr/lib/*/faketime/libfaketime.so.1' >/dev/null || compgen -G '/usr/lib/faketime/libfaketime.so.1' >/dev/null || missing+=(faketime)
 
 if ((${#missing[@]})); then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
@@ -30,6 +31,7 @@ fi
 
 cargo fmt --all -- --check
 cargo clippy --locked --all-targets -- -D warnings
-cargo test --locked --all-targets
+# One integration-test binary whose tests mostly wait on servers and timers: run 8 at a time.
+cargo test --locked --all-targets -- --test-threads 8
 python3 tests/soak/test_check.py
 python3 tests/soak/soak.py --ci --backend all --bin target/debug/lockrun

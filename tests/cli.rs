@@ -1,117 +1,83 @@
 //! Bad input through the real binary: every usage error exits 64 with one lowercase line naming
 //! the problem, and runs nothing.
 
-mod common;
+use crate::support::asserts::{assert_hidden, assert_one_line, assert_said};
+use crate::support::lockrun::{lockrun, output};
+use crate::support::scene::Scene;
+use crate::support::wait::{code, text};
 
-use common::{Drive, FileEnv, code, lockrun, text};
+/// Names that are not lock names.
+const BAD_NAMES: &[&str] = &["../x", "/abs", "a//b", "a/", "", "sp ace", "a/./b"];
 
-/// Each case: arguments (the command, when one is reached, would create a marker file), and a
-/// word the message must contain.
-const BAD_INPUTS: &[(&[&str], &str)] = &[
-    (&["--name", "../x"], "lock name"),
-    (&["--name", "/abs"], "lock name"),
-    (&["--name", "a//b"], "lock name"),
-    (&["--name", "a/"], "lock name"),
-    (&["--name", ""], "lock name"),
-    (&["--name", "sp ace"], "lock name"),
-    (&["--name", "a/./b"], "lock name"),
-    (&["--name", "x", "--ttl", "0"], "--ttl"),
-    (&["--name", "x", "--ttl", "15"], "--ttl"),
-    (&["--name", "x", "--ttl", "soon"], "--ttl"),
-    (&["--name", "x", "--ttl", "-1s"], "--ttl"),
-    (&["--name", "x", "--renew", "15s"], "--renew"),
-    (&["--name", "x", "--ttl", "1s", "--renew", "2s"], "--renew"),
-    (&["--name", "x", "--kill-after", "20s"], "--kill-after"),
+/// Each case: options given after `--name x` (the command, when one is reached, would create a
+/// marker file), and a word the message must contain.
+const BAD_OPTIONS: &[(&[&str], &str)] = &[
+    (&["--ttl", "0"], "--ttl"),
+    (&["--ttl", "15"], "--ttl"),
+    (&["--ttl", "soon"], "--ttl"),
+    (&["--ttl", "-1s"], "--ttl"),
+    (&["--renew", "15s"], "--renew"),
+    (&["--ttl", "1s", "--renew", "2s"], "--renew"),
+    (&["--kill-after", "20s"], "--kill-after"),
     (
-        &[
-            "--name",
-            "x",
-            "--ttl",
-            "10s",
-            "--renew",
-            "6s",
-            "--kill-after",
-            "4s",
-        ],
+        &["--ttl", "10s", "--renew", "6s", "--kill-after", "4s"],
         "--kill-after",
     ),
-    (&["--name", "x", "--wait", "forever"], "--wait"),
-    (&["--name", "x", "--wait", "1s", "--no-wait"], "--no-wait"),
-    (&["--name", "x", "--limit", "0"], "--limit"),
-    (&["--name", "x", "--limit", "many"], "--limit"),
+    (&["--wait", "forever"], "--wait"),
+    (&["--wait", "1s", "--no-wait"], "--no-wait"),
+    (&["--limit", "0"], "--limit"),
+    (&["--limit", "many"], "--limit"),
+    (&["--busy-exit-code", "256"], "--busy-exit-code"),
+    (&["--token-env", "9LIVES"], "--token-env"),
+    (&["--token-env", "A=B"], "--token-env"),
+    (&["--note", "two\nlines"], "--note"),
+    (&["--backend", "ftp://host/x"], "scheme"),
+    (&["--backend", "file://relative/dir"], "absolute"),
+    (&["--backend", "etcd://host"], "host:port"),
+    (&["--backend", "not a url"], "backend"),
     (
-        &["--name", "x", "--busy-exit-code", "256"],
-        "--busy-exit-code",
-    ),
-    (&["--name", "x", "--token-env", "9LIVES"], "--token-env"),
-    (&["--name", "x", "--token-env", "A=B"], "--token-env"),
-    (&["--name", "x", "--note", "two\nlines"], "--note"),
-    (&["--name", "x", "--backend", "ftp://host/x"], "scheme"),
-    (
-        &["--name", "x", "--backend", "file://relative/dir"],
-        "absolute",
-    ),
-    (&["--name", "x", "--backend", "etcd://host"], "host:port"),
-    (&["--name", "x", "--backend", "not a url"], "backend"),
-    (
-        &[
-            "--name",
-            "x",
-            "--backend",
-            "postgres://h/db?lockrun_schema=Bad-Name",
-        ],
+        &["--backend", "postgres://h/db?lockrun_schema=Bad-Name"],
         "schema",
     ),
     (
-        &[
-            "--name",
-            "x",
-            "--backend",
-            "postgres://h/db?sslmode=sometimes",
-        ],
+        &["--backend", "postgres://h/db?sslmode=sometimes"],
         "sslmode",
     ),
-    (&["--name", "x", "--bogus"], "--bogus"),
-    (&["--ttl", "1s"], "--name"),
+    (&["--bogus"], "--bogus"),
 ];
 
 #[test]
 fn bad_inputs_exit_64_with_one_line_and_run_nothing() {
-    let env = FileEnv::new();
-    let marker = env.scratch("ran");
-    for (args, needle) in BAD_INPUTS {
+    let env = Scene::file();
+    let marker = env.path("ran");
+    let names = BAD_NAMES
+        .iter()
+        .map(|name| (vec!["--name", name], "lock name"));
+    let options = BAD_OPTIONS
+        .iter()
+        .map(|(options, needle)| ([&["--name", "x"], *options].concat(), *needle));
+    let unnamed = (vec!["--ttl", "1s"], "--name");
+    for (args, needle) in names.chain(options).chain([unnamed]) {
         let mut cmd = lockrun();
         if !args.contains(&"--backend") {
             cmd.arg("--backend").arg(env.url());
         }
-        cmd.args(*args).arg("--").arg("touch").arg(&marker);
-        let out = cmd.output().unwrap();
-        let stderr = text(&out.stderr);
-        assert_eq!(code(&out), 64, "{args:?}: {stderr}");
-        assert_eq!(
-            stderr.lines().count(),
-            1,
-            "{args:?}: not one line: {stderr}"
-        );
-        assert!(stderr.starts_with("lockrun: "), "{args:?}: {stderr}");
+        cmd.args(&args).arg("--").arg("touch").arg(&marker);
+        let out = output(&mut cmd);
+        let stderr = assert_one_line(&out, 64, needle);
         let message = &stderr["lockrun: ".len()..];
         assert!(
             message.starts_with(|c: char| !c.is_uppercase()),
             "{args:?}: {stderr}"
         );
-        assert!(
-            stderr.contains(needle),
-            "{args:?}: {stderr:?} does not name {needle}"
-        );
         assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
-        assert!(out.stdout.is_empty());
         assert!(!marker.exists(), "{args:?} ran the command");
     }
 }
 
 #[test]
 fn a_missing_command_is_a_usage_error() {
-    let env = FileEnv::new();
+    let env = Scene::file();
     for args in [
         &["--name", "x"][..],
         &["--name", "x", "--"],
@@ -119,24 +85,16 @@ fn a_missing_command_is_a_usage_error() {
     ] {
         let out = env.run(args);
         assert_eq!(code(&out), 64, "{args:?}: {}", text(&out.stderr));
-        assert!(
-            text(&out.stderr).contains("command"),
-            "{}",
-            text(&out.stderr)
-        );
+        assert_said(&out, "command");
     }
 }
 
 #[test]
 fn a_command_without_the_separator_is_refused_with_a_hint() {
-    let env = FileEnv::new();
+    let env = Scene::file();
     let out = env.run(["--name", "x", "echo", "hi"]);
     assert_eq!(code(&out), 64);
-    assert!(
-        text(&out.stderr).contains("after --"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_said(&out, "after --");
     assert!(out.stdout.is_empty(), "echo must not have run");
 }
 
@@ -148,81 +106,66 @@ fn passwords_in_bad_urls_are_not_echoed() {
         "user:hunter2@host:6379",
         "x:hunter2@h,redis://y",
     ] {
-        let out = lockrun()
-            .args(["--name", "x", "--backend", url, "--", "true"])
-            .output()
-            .unwrap();
+        let out = output(lockrun().args(["--name", "x", "--backend", url, "--", "true"]));
         assert_eq!(code(&out), 64);
-        assert!(
-            !text(&out.stderr).contains("hunter2"),
-            "{}",
-            text(&out.stderr)
-        );
+        assert_hidden(&text(&out.stderr), &["hunter2"]);
     }
 }
 
 #[test]
 fn options_can_come_from_the_environment() {
-    let env = FileEnv::new();
-    let out = lockrun()
-        .env("LOCKRUN_BACKEND", env.url())
-        .env("LOCKRUN_NAME", "from-env")
-        .env("LOCKRUN_TOKEN_ENV", "MY_TOKEN")
-        .env("LOCKRUN_TTL", "3s")
-        .args([
-            "--",
-            "sh",
-            "-c",
-            "echo $LOCKRUN_NAME $MY_TOKEN $LOCKRUN_TTL_MS",
-        ])
-        .output()
-        .unwrap();
+    let env = Scene::file();
+    let out = output(
+        lockrun()
+            .env("LOCKRUN_BACKEND", env.url())
+            .env("LOCKRUN_NAME", "from-env")
+            .env("LOCKRUN_TOKEN_ENV", "MY_TOKEN")
+            .env("LOCKRUN_TTL", "3s")
+            .args([
+                "--",
+                "sh",
+                "-c",
+                "echo $LOCKRUN_NAME $MY_TOKEN $LOCKRUN_TTL_MS",
+            ]),
+    );
     assert_eq!(code(&out), 0, "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "from-env 1 3000\n");
     // A bad value from the environment is judged like a flag.
-    let out = lockrun()
-        .env("LOCKRUN_BACKEND", env.url())
-        .env("LOCKRUN_LIMIT", "0")
-        .args(["--name", "x", "--", "true"])
-        .output()
-        .unwrap();
+    let out = output(
+        lockrun()
+            .env("LOCKRUN_BACKEND", env.url())
+            .env("LOCKRUN_LIMIT", "0")
+            .args(["--name", "x", "--", "true"]),
+    );
     assert_eq!(code(&out), 64);
 }
 
 #[test]
 fn help_and_version_go_to_stdout_and_succeed() {
     for flag in ["--help", "--version"] {
-        let out = lockrun().arg(flag).output().unwrap();
+        let out = output(lockrun().arg(flag));
         assert_eq!(code(&out), 0);
         assert!(!out.stdout.is_empty());
     }
-    let out = lockrun().args(["status", "--help"]).output().unwrap();
+    let out = output(lockrun().args(["status", "--help"]));
     assert_eq!(code(&out), 0);
 }
 
 #[test]
 fn release_without_force_is_refused() {
-    let env = FileEnv::new();
+    let env = Scene::file();
     let out = env.run(["release", "x"]);
     assert_eq!(code(&out), 64);
-    assert!(
-        text(&out.stderr).contains("--force"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_said(&out, "--force");
 }
 
 #[test]
 fn the_backend_url_can_come_from_a_file() {
-    let env = FileEnv::new();
-    let file = env.scratch("backend");
+    let env = Scene::file();
+    let file = env.path("backend");
     std::fs::write(&file, format!("{}\n", env.url())).unwrap();
-    let out = lockrun()
-        .arg("--backend-file")
-        .arg(&file)
-        .args(["--name", "f", "--", "sh", "-c", "echo $FENCING_TOKEN"])
-        .output()
-        .unwrap();
+    let echo = ["--name", "f", "--", "sh", "-c", "echo $FENCING_TOKEN"];
+    let out = output(lockrun().arg("--backend-file").arg(&file).args(echo));
     assert_eq!(code(&out), 0, "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "1\n");
     assert_eq!(
@@ -233,101 +176,58 @@ fn the_backend_url_can_come_from_a_file() {
 
     // A password kept in the file shows nowhere, even when the backend is unreachable.
     std::fs::write(&file, "redis://:hunter2@127.0.0.1:1\n").unwrap();
-    let out = lockrun()
-        .env("LOCKRUN_BACKEND_FILE", &file)
-        .args(["--name", "f", "--", "env"])
-        .output()
-        .unwrap();
-    assert_eq!(code(&out), 69, "{}", text(&out.stderr));
-    assert!(
-        !text(&out.stderr).contains("hunter2"),
-        "{}",
-        text(&out.stderr)
+    let out = output(
+        lockrun()
+            .env("LOCKRUN_BACKEND_FILE", &file)
+            .args(["--name", "f", "--", "env"]),
     );
+    assert_eq!(code(&out), 69, "{}", text(&out.stderr));
+    assert_hidden(&text(&out.stderr), &["hunter2"]);
 
-    for bad in [env.scratch("missing"), env.scratch("empty")] {
+    for bad in [env.path("missing"), env.path("empty")] {
         if bad.ends_with("empty") {
             std::fs::write(&bad, "\n").unwrap();
         }
-        let out = lockrun()
-            .arg("--backend-file")
-            .arg(&bad)
-            .args(["--name", "f", "--", "true"])
-            .output()
-            .unwrap();
-        assert_eq!(code(&out), 64, "{}", text(&out.stderr));
-        assert!(
-            text(&out.stderr).contains("--backend-file"),
-            "{}",
-            text(&out.stderr)
+        let out = output(
+            lockrun()
+                .arg("--backend-file")
+                .arg(&bad)
+                .args(["--name", "f", "--", "true"]),
         );
+        assert_eq!(code(&out), 64, "{}", text(&out.stderr));
+        assert_said(&out, "--backend-file");
     }
 }
 
 #[test]
 fn the_command_line_overrides_the_environment_for_exclusive_options() {
-    let env = FileEnv::new();
-    let mut holder = env.spawn(["--name", "busy", "--", "sleep", "30"]);
-    env.wait_held("busy", 1);
+    let env = Scene::file();
+    let _holder = env.hold("busy", "h", &[]);
     // A crontab says "never wait" for all its lines; this line asks to wait a little.
     let started = std::time::Instant::now();
-    let out = env
-        .cmd(["--name", "busy", "--wait", "300ms", "--", "true"])
-        .env("LOCKRUN_NO_WAIT", "1")
-        .output()
-        .unwrap();
+    let out = output(
+        env.cmd(["--name", "busy", "--wait", "300ms", "--", "true"])
+            .env("LOCKRUN_NO_WAIT", "1"),
+    );
     assert_eq!(code(&out), 75, "{}", text(&out.stderr));
     assert!(
         started.elapsed() >= std::time::Duration::from_millis(300),
         "did not wait"
     );
     // And the other way round, with a boolean spelled as cron users do.
-    let out = env
-        .cmd(["--name", "busy", "--no-wait", "--", "true"])
-        .env("LOCKRUN_WAIT", "1h")
-        .output()
-        .unwrap();
+    let out = output(
+        env.cmd(["--name", "busy", "--no-wait", "--", "true"])
+            .env("LOCKRUN_WAIT", "1h"),
+    );
     assert_eq!(code(&out), 75, "{}", text(&out.stderr));
-    let out = env
-        .cmd(["--name", "busy", "--", "true"])
-        .env("LOCKRUN_NO_WAIT", "yes")
-        .output()
-        .unwrap();
+    let out = output(
+        env.cmd(["--name", "busy", "--", "true"])
+            .env("LOCKRUN_NO_WAIT", "yes"),
+    );
     assert_eq!(code(&out), 75, "{}", text(&out.stderr));
-    let out = env
-        .cmd(["--name", "busy", "--", "true"])
-        .env("LOCKRUN_NO_WAIT", "maybe")
-        .output()
-        .unwrap();
+    let out = output(
+        env.cmd(["--name", "busy", "--", "true"])
+            .env("LOCKRUN_NO_WAIT", "maybe"),
+    );
     assert_eq!(code(&out), 64, "{}", text(&out.stderr));
-    holder.kill().unwrap();
-    holder.wait().unwrap();
-}
-
-#[test]
-fn inspection_against_an_unreachable_backend_exits_69_naming_the_endpoint() {
-    // Port 1 on loopback: nothing listens, the connection is refused at once.
-    for url in [
-        "redis://:hunter2@127.0.0.1:1",
-        "postgres://app:hunter2@127.0.0.1:1/db",
-        "etcd://127.0.0.1:1",
-    ] {
-        for args in [
-            &["status", "x"][..],
-            &["list"],
-            &["release", "x", "--force"],
-        ] {
-            let out = lockrun()
-                .args(args)
-                .args(["--backend", url])
-                .output()
-                .unwrap();
-            let stderr = text(&out.stderr);
-            assert_eq!(code(&out), 69, "{url} {args:?}: {stderr}");
-            assert_eq!(stderr.lines().count(), 1, "{url} {args:?}: {stderr}");
-            assert!(stderr.contains("127.0.0.1:1"), "{url} {args:?}: {stderr}");
-            assert!(!stderr.contains("hunter2"), "{url} {args:?}: {stderr}");
-            assert!(out.stdout.is_empty(), "{url} {args:?}");
-        }
-    }
 }

@@ -1,72 +1,87 @@
 //! Clocks: lease deadlines live on the boot clock, so a wall-clock step of an hour either way in
 //! the middle of a run changes nothing; the same step applied to the monotonic clocks as well
-//! (which the kernel never does) is seen as the lease running out. Uses libfaketime, from
-//! Debian's `faketime` package, with a time file re-read on every call.
+//! (which the kernel never does) is seen as the lease running out. Uses libfaketime with a time
+//! file re-read on every call. Each step is made only once the lock is held (the command says so)
+//! and judged over renewals lockrun reports (`-vv`), never after a fixed sleep.
 
-mod common;
-mod support;
+use std::path::Path;
+use std::process::Output;
 
-use std::time::Duration;
+use crate::support::fixture::Fixture;
+use crate::support::lockrun::{Proc, RUN_LIMIT};
+use crate::support::redis_server::RedisServer;
+use crate::support::scene::Scene;
+use crate::support::tools;
+use crate::support::wait::{SOON, code, text, wait_for_file, wait_until};
 
-use common::{Drive, code, text, wait_exit};
-use support::redis_server::RedisServer;
-use support::world::SOON;
+/// How many renewals lockrun has reported so far.
+fn renewals(run: &Proc) -> usize {
+    run.stderr_so_far().matches("renewed").count()
+}
 
-type World = support::world::World<RedisServer>;
-
-const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
-
-/// Runs a 2.4 s command under a 600 ms lease while the faked clock steps through `steps`, one
-/// every 800 ms. `monotonic_too` also fakes the monotonic and boot clocks.
-fn run_through_clock_steps(w: &World, steps: &[&str], monotonic_too: bool) -> std::process::Output {
-    let offset = w.path("faketime");
+/// Starts a holder under a 600 ms lease with the clock faked through `library`; once its command
+/// runs, steps the faked clock through `steps`, each followed by two renewals, then lets the
+/// command end. `monotonic_too` fakes the monotonic and boot clocks as well: lockrun's timers,
+/// armed on the kernel's real clock, then wake it an hour late, so it can only see the step when
+/// the command ends, which follows at once.
+fn run_through_clock_steps(library: &Path, steps: &[&str], monotonic_too: bool) -> Output {
+    let server = RedisServer::start();
+    let s = Scene::new(server.url());
+    let offset = s.path("faketime");
     std::fs::write(&offset, "+0\n").unwrap();
-    let mut run = w
-        .cmd([
-            "-v",
-            "--name",
-            "clock",
-            "--ttl",
-            "600ms",
-            "--",
-            "sh",
-            "-c",
-            "sleep 2.4",
-        ])
-        .env("LD_PRELOAD", LIBFAKETIME)
+    let mut cmd = s.cmd([
+        "-vv",
+        "--name",
+        "clock",
+        "--ttl",
+        "600ms",
+        "--",
+        "sh",
+        "-c",
+        "echo held > held; while [ ! -e done ]; do sleep 0.02; done",
+    ]);
+    cmd.env("LD_PRELOAD", library)
         .env("FAKETIME_TIMESTAMP_FILE", &offset)
         .env("FAKETIME_NO_CACHE", "1")
-        .env("DONT_FAKE_MONOTONIC", if monotonic_too { "0" } else { "1" })
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+        .env("DONT_FAKE_MONOTONIC", if monotonic_too { "0" } else { "1" });
+    let mut run = Proc::spawn(&mut cmd);
+    wait_for_file(&s.path("held"), SOON);
     for step in steps {
-        std::thread::sleep(Duration::from_millis(800));
         std::fs::write(&offset, format!("{step}\n")).unwrap();
+        if !monotonic_too {
+            let before = renewals(&run);
+            wait_until(SOON, || renewals(&run) >= before + 2 || run.exited());
+            assert!(
+                renewals(&run) >= before + 2,
+                "lockrun stopped renewing after the step to {step}:\n{}",
+                run.stderr_so_far()
+            );
+        }
     }
-    wait_exit(&mut run, SOON)
+    std::fs::write(s.path("done"), "").unwrap();
+    run.wait(RUN_LIMIT)
 }
 
 #[test]
 fn a_wall_clock_step_of_an_hour_changes_nothing() {
-    if !std::path::Path::new(LIBFAKETIME).exists() {
-        eprintln!("skipped: libfaketime is not installed (apt-get install faketime)");
+    let Some(library) = tools::libfaketime() else {
         return;
-    }
-    let w = World::new();
-    let out = run_through_clock_steps(&w, &["+3600", "-3600"], false);
+    };
+    let out = run_through_clock_steps(&library, &["+3600", "-3600"], false);
     assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    assert!(renewal_lines(&out) >= 4, "{}", text(&out.stderr));
 }
 
 #[test]
 fn the_same_step_on_the_monotonic_clocks_reads_as_a_lost_lease() {
     // The control: proves the run above went through the faked clock at all.
-    if !std::path::Path::new(LIBFAKETIME).exists() {
-        eprintln!("skipped: libfaketime is not installed (apt-get install faketime)");
+    let Some(library) = tools::libfaketime() else {
         return;
-    }
-    let w = World::new();
-    let out = run_through_clock_steps(&w, &["+3600"], true);
+    };
+    let out = run_through_clock_steps(&library, &["+3600"], true);
     assert_eq!(code(&out), 76, "{}", text(&out.stderr));
+}
+
+fn renewal_lines(out: &Output) -> usize {
+    text(&out.stderr).matches("renewed").count()
 }

@@ -21,46 +21,37 @@
 //! The proxy's own faults are checked too, against a local echo server, so that no drill passes
 //! because a fault silently did nothing.
 
-mod common;
-mod support;
-
 use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
-
-use common::{Drive, alive, code, lockrun, text, wait_exit, wait_for_file, wait_until};
-use support::etcd_cluster::EtcdCluster;
-use support::postgres_server::PgServer;
-use support::proxy::{Direction, Proxy};
-use support::redis_server::RedisServer;
-use support::world::{Holder, SOON, Server, World};
+use crate::support::etcd_cluster::Etcd;
+use crate::support::fixture::Fixture;
+use crate::support::holder::Holder;
+use crate::support::postgres_server::PgServer;
+use crate::support::proxy::{Direction, Proxy};
+use crate::support::redis_server::RedisServer;
+use crate::support::scene::Scene;
+use crate::support::timing::LeaseTiming;
+use crate::support::wait::{SOON, alive, code, text, wait_before, wait_until};
 
 /// The lease every drill asks for (etcd's minimum with its default timing).
 const TTL: &str = "2s";
 /// Liveness slack: a waiter's re-check, process start-up, a loaded machine.
 const SLACK: Duration = Duration::from_secs(3);
 
-/// What a drill needs to know about one backend.
-trait Rig: Server + Sized {
-    /// The backend URL that goes through a proxy listening on `port`.
-    fn via(&self, port: u16) -> String;
-    /// The port the proxy forwards to.
-    fn upstream(&self) -> u16;
+/// What a drill must recognise on one backend's wire, beyond its fixture.
+trait Wire: Fixture {
     /// Readies the server so that each request a drill targets is sent as itself (scripts cached,
     /// schema created), through the direct URL.
-    fn warm_up(_w: &World<Self>) {}
+    fn warm_up(&self, _s: &Scene) {}
     /// Bytes that appear in the request that takes the lock, and in no request before it.
-    fn acquire_request(w: &World<Self>, name: &str) -> Vec<u8>;
+    fn acquire_request(&self, name: &str) -> Vec<u8>;
     /// Bytes that appear in `holder`'s renewals and in nothing else it sends while it holds.
-    fn renew_request(w: &World<Self>, name: &str, holder: &Holder) -> Vec<u8>;
+    fn renew_request(&self, name: &str, holder: &Holder) -> Vec<u8>;
     /// Bytes that appear in `holder`'s release (and, where `RELEASE_IS_RENEWAL`, its renewals).
-    fn release_request(w: &World<Self>, name: &str, holder: &Holder) -> Vec<u8>;
+    fn release_request(&self, name: &str, holder: &Holder) -> Vec<u8>;
     /// The release cannot be told from a renewal on the wire: arm right after a renewal.
     const RELEASE_IS_RENEWAL: bool = false;
     /// How long to hold the acquiring request back, so that what was sent just before it (etcd's
@@ -68,31 +59,23 @@ trait Rig: Server + Sized {
     const ACQUIRE_HOLD: Duration = Duration::ZERO;
 }
 
-impl Rig for RedisServer {
-    fn via(&self, port: u16) -> String {
-        format!("redis://127.0.0.1:{port}")
-    }
-
-    fn upstream(&self) -> u16 {
-        self.port()
-    }
-
-    fn warm_up(w: &World<Self>) {
+impl Wire for RedisServer {
+    fn warm_up(&self, _s: &Scene) {
         for script in [ACQUIRE_LUA, RENEW_LUA, RELEASE_LUA] {
-            redis_script(&w.server, script);
+            redis_script(self, script);
         }
     }
 
-    fn acquire_request(w: &World<Self>, _name: &str) -> Vec<u8> {
-        redis_script(&w.server, ACQUIRE_LUA)
+    fn acquire_request(&self, _name: &str) -> Vec<u8> {
+        redis_script(self, ACQUIRE_LUA)
     }
 
-    fn renew_request(w: &World<Self>, _name: &str, _holder: &Holder) -> Vec<u8> {
-        redis_script(&w.server, RENEW_LUA)
+    fn renew_request(&self, _name: &str, _holder: &Holder) -> Vec<u8> {
+        redis_script(self, RENEW_LUA)
     }
 
-    fn release_request(w: &World<Self>, _name: &str, _holder: &Holder) -> Vec<u8> {
-        redis_script(&w.server, RELEASE_LUA)
+    fn release_request(&self, _name: &str, _holder: &Holder) -> Vec<u8> {
+        redis_script(self, RELEASE_LUA)
     }
 }
 
@@ -103,61 +86,44 @@ const RELEASE_LUA: &str = include_str!("../src/backend/redis/lua/release.lua");
 /// Loads `script` into the server's cache (so lockrun's `EVALSHA` is answered, not refused with
 /// `NOSCRIPT`) and returns its SHA-1, which every invocation carries.
 fn redis_script(server: &RedisServer, script: &str) -> Vec<u8> {
-    let out = server.cli(&["SCRIPT", "LOAD", script]);
-    let sha = text(&out.stdout).trim().to_owned();
-    assert_eq!(sha.len(), 40, "SCRIPT LOAD failed: {}", text(&out.stderr));
+    let sha = server.ask(&["SCRIPT", "LOAD", script]);
+    assert_eq!(sha.len(), 40, "SCRIPT LOAD answered {sha:?}");
     sha.into_bytes()
 }
 
-impl Rig for PgServer {
-    fn via(&self, port: u16) -> String {
-        self.url_on(port)
-    }
-
-    fn upstream(&self) -> u16 {
-        self.port()
-    }
-
-    fn warm_up(w: &World<Self>) {
+impl Wire for PgServer {
+    fn warm_up(&self, s: &Scene) {
         // Creates the schema: the first statement on a fresh server fails for want of it.
-        let out = w.run(["--name", "warm-up", "--", "true"]);
+        let out = s.run(["--name", "warm-up", "--", "true"]);
         assert_eq!(code(&out), 0, "{}", text(&out.stderr));
     }
 
     // Every statement travels with its text (one round trip, no prepared statements).
-    fn acquire_request(_w: &World<Self>, _name: &str) -> Vec<u8> {
+    fn acquire_request(&self, _name: &str) -> Vec<u8> {
         b"INSERT INTO \"lockrun\".names AS n (name, max_limit, token)".to_vec()
     }
 
-    fn renew_request(_w: &World<Self>, _name: &str, _holder: &Holder) -> Vec<u8> {
+    fn renew_request(&self, _name: &str, _holder: &Holder) -> Vec<u8> {
         b"UPDATE \"lockrun\".leases SET expires_at".to_vec()
     }
 
-    fn release_request(_w: &World<Self>, _name: &str, _holder: &Holder) -> Vec<u8> {
+    fn release_request(&self, _name: &str, _holder: &Holder) -> Vec<u8> {
         b"AND slot = $2 AND owner = $3 RETURNING name".to_vec()
     }
 }
 
-impl Rig for EtcdCluster {
-    fn via(&self, port: u16) -> String {
-        format!("etcd://127.0.0.1:{port}")
-    }
-
-    fn upstream(&self) -> u16 {
-        self.client_port(0)
-    }
-
+impl Wire for Etcd<1> {
     /// The join transaction carries the holder key in clear.
-    fn acquire_request(_w: &World<Self>, name: &str) -> Vec<u8> {
+    fn acquire_request(&self, name: &str) -> Vec<u8> {
         format!("lockrun/{name}/#holders/").into_bytes()
     }
 
-    fn renew_request(w: &World<Self>, name: &str, holder: &Holder) -> Vec<u8> {
-        lease_message(etcd_lease(&w.server, name, holder.token))
+    fn renew_request(&self, name: &str, holder: &Holder) -> Vec<u8> {
+        lease_message(etcd_lease(self, name, holder.token()))
     }
 
-    fn release_request(w: &World<Self>, name: &str, holder: &Holder) -> Vec<u8> {
-        lease_message(etcd_lease(&w.server, name, holder.token))
+    fn release_request(&self, name: &str, holder: &Holder) -> Vec<u8> {
+        lease_message(etcd_lease(self, name, holder.token()))
     }
 
     const RELEASE_IS_RENEWAL: bool = true;
@@ -166,7 +132,7 @@ impl Rig for EtcdCluster {
 }
 
 /// The lease of the holder key of `name` whose create revision (the token) is `token`.
-fn etcd_lease(cluster: &EtcdCluster, name: &str, token: u64) -> u64 {
+fn etcd_lease(cluster: &Etcd<1>, name: &str, token: u64) -> u64 {
     let prefix = format!("lockrun/{name}/#holders/");
     let out = cluster.etcdctl(&["get", "--prefix", &prefix, "-w", "json"]);
     let got: serde_json::Value = serde_json::from_slice(&out.stdout)
@@ -200,154 +166,60 @@ fn lease_message(id: u64) -> Vec<u8> {
     message
 }
 
-/// The critical section every drill command runs: records its token, granted TTL and pid, and
-/// reports (to `overlaps`) any other drill command still alive when it starts.
-fn critical(tag: &str) -> String {
-    format!(
-        "echo $FENCING_TOKEN > {tag}.token; echo $LOCKRUN_TTL_MS > {tag}.ttl; \
-         for f in *.pid; do [ -e \"$f\" ] || continue; p=$(cat \"$f\"); \
-         s=$(cut -d' ' -f2,3 \"/proc/$p/stat\" 2>/dev/null); \
-         case \"$s\" in ''|'(sh) Z') ;; '(sh) '*) echo \"{tag} started while $f ran\" >> overlaps;; esac; \
-         done; \
-         echo $$ > {tag}.pid; while [ ! -e {tag}.release ]; do sleep 0.02; done"
-    )
-}
-
 /// Starts a holder of `name` through `url` (the proxy), and waits until its command runs.
-fn hold_via<S>(w: &mut World<S>, url: &str, name: &str, tag: &str, extra: &[&str]) -> Holder {
-    let direct = std::mem::replace(&mut w.url, url.to_owned());
-    let args = [&["--ttl", TTL], extra].concat();
-    let holder = w.hold_running(name, tag, &args, &critical(tag));
-    w.url = direct;
-    holder
+fn hold_via(w: &Scene, url: &str, name: &str, tag: &str, extra: &[&str]) -> Holder {
+    w.hold_via(url, name, tag, &[&["--ttl", TTL], extra].concat())
 }
 
-/// The lease the backend granted to the command tagged `tag`.
-fn granted<S>(w: &World<S>, tag: &str) -> Duration {
-    let ms = wait_for_file(&w.path(&format!("{tag}.ttl")), SOON);
-    Duration::from_millis(ms.trim().parse().expect("LOCKRUN_TTL_MS is a number"))
+/// Starts a lockrun through `url` whose command, the critical section, may or may not get to run.
+fn start(w: &Scene, url: &str, name: &str, tag: &str, args: &[&str]) -> Holder {
+    let cmd = w.holder_cmd(url, name, &[&["--ttl", TTL], args].concat());
+    Holder::spawn(cmd, w.dir(), tag)
 }
 
-/// Whatever the commands found when they started: empty when no two ever ran at once.
-fn overlaps<S>(w: &World<S>) -> String {
-    std::fs::read_to_string(w.path("overlaps")).unwrap_or_default()
-}
-
-/// A lockrun started in the background that may or may not get to run its command.
-struct Run {
-    process: Child,
-    dir: PathBuf,
-    tag: String,
-}
-
-impl Run {
-    /// `lockrun --backend URL --name NAME --ttl TTL ARGS -- <critical section>`.
-    fn start<S>(w: &World<S>, url: &str, name: &str, tag: &str, args: &[&str]) -> Self {
-        let process = lockrun()
-            .args(["--backend", url, "--name", name, "--ttl", TTL])
-            .args(args)
-            .args(["--", "sh", "-c", &critical(tag)])
-            .current_dir(w.dir())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn lockrun");
-        Run {
-            process,
-            dir: w.dir().to_owned(),
-            tag: tag.to_owned(),
-        }
-    }
-
-    fn file(&self, suffix: &str) -> PathBuf {
-        self.dir.join(format!("{}.{suffix}", self.tag))
-    }
-
-    fn read(&self, suffix: &str) -> Option<String> {
-        let contents = std::fs::read_to_string(self.file(suffix)).ok()?;
-        let contents = contents.trim();
-        (!contents.is_empty()).then(|| contents.to_owned())
-    }
-
-    /// Whether its command has started (it writes its pid last).
-    fn started(&self) -> bool {
-        self.read("pid").is_some()
-    }
-
-    fn token(&self) -> u64 {
-        self.read("token")
-            .expect("the command ran")
-            .parse()
-            .expect("token is a number")
-    }
-
-    fn child_pid(&self) -> Option<i32> {
-        self.read("pid").and_then(|p| p.parse().ok())
-    }
-
-    /// Lets its command end (if it runs or ever will), and waits for lockrun to exit.
-    fn finish(&mut self) -> Output {
-        std::fs::write(self.file("release"), "").expect("write release file");
-        wait_exit(&mut self.process, SOON)
-    }
-}
-
-impl Drop for Run {
-    fn drop(&mut self) {
-        if let Some(pid) = self.child_pid() {
-            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
-        }
-        let _ = self.process.kill();
-        let _ = self.process.wait();
-    }
-}
-
-/// A fresh server with the proxy in front of it; the world's own URL stays the direct one.
-fn rig<S: Rig>() -> (World<S>, Proxy, String) {
-    let w = World::<S>::new();
-    S::warm_up(&w);
-    let proxy = Proxy::start(w.server.upstream());
-    let via = w.server.via(proxy.port());
-    (w, proxy, via)
-}
-
-/// Waits until `deadline`; true if `condition` held before it.
-fn wait_before(deadline: Instant, condition: impl FnMut() -> bool) -> bool {
-    wait_until(
-        deadline.saturating_duration_since(Instant::now()),
-        condition,
-    )
+/// A fresh server with the proxy in front of it; the scene's own URL stays the direct one.
+fn rig<S: Wire>() -> (S, Scene, Proxy, String) {
+    let fx = S::start();
+    let w = Scene::new(fx.url());
+    fx.warm_up(&w);
+    let (proxy, via) = fx.proxied().expect("a networked backend");
+    (fx, w, proxy, via)
 }
 
 /// Watches `holder`'s command whose lease was last confirmed by a request sent before
-/// `confirmed_before` (so the lease is proven until `confirmed_before + ttl` at most): it must be
-/// dead before that point and lockrun must exit 76 — or, if it still runs a little after it, its
-/// lease was confirmed again, it is still the holder, and it completes normally. Returns which.
-fn stopped_early_or_confirmed<S>(
-    w: &World<S>,
+/// `confirmed_before` (so the lease is proven until `confirmed_before + ttl` at most): if it dies,
+/// it must be dead by that lease's stop point and lockrun must exit 76 — or, if it still runs a
+/// little after the lease's end, its lease was confirmed again, it is still the holder, and it
+/// completes normally. Returns which.
+fn stopped_early_or_confirmed(
+    w: &Scene,
     name: &str,
     holder: &mut Holder,
     confirmed_before: Instant,
     ttl: Duration,
 ) -> &'static str {
-    let bound = confirmed_before + ttl;
-    let pid = holder.child_pid;
-    let dead = wait_before(bound + Duration::from_millis(500), || !alive(pid));
+    let timing = LeaseTiming::defaults(ttl);
+    let pid = holder.child_pid();
+    let dead = wait_before(confirmed_before + ttl + Duration::from_millis(500), || {
+        !alive(pid)
+    });
     if dead {
         let seen_dead = Instant::now();
+        let bound = timing.seen_dead_by(confirmed_before);
         assert!(
-            seen_dead < bound,
-            "the command outlived the lease it could not confirm by {:?}",
+            seen_dead <= bound,
+            "the command ran {:?} past the stop point of the lease it could not confirm",
             seen_dead - bound
         );
-        let out = wait_exit(&mut holder.process, SOON);
+        let out = holder.exit();
         assert_eq!(code(&out), 76, "{}", text(&out.stderr));
         return "stopped early, exit 76";
     }
     // Still running past every unconfirmed expiry: a renewal must have been confirmed since.
     let status = w.status(name);
     assert_eq!(
-        status["holders"][0]["token"], holder.token,
+        status["holders"][0]["token"],
+        holder.token(),
         "the command runs, but the backend shows another holder: {status}"
     );
     let out = holder.finish();
@@ -358,8 +230,8 @@ fn stopped_early_or_confirmed<S>(
 /// Lost ack of the acquisition: the request that takes the lock is applied, its answer never
 /// comes. Meanwhile a second run waits for the lock. Nobody may run alongside a holder, and the
 /// ghost holder the lost answer left behind must be gone within one TTL.
-fn lost_ack_of_acquire<S: Rig>() {
-    let (w, proxy, via) = rig::<S>();
+fn lost_ack_of_acquire<S: Wire>() {
+    let (fx, w, proxy, via) = rig::<S>();
     // The drill counts only when the lost request was applied: the backend then shows A's lockrun
     // as the holder although A never heard so (a ghost). etcd sends the lease grant and the join
     // together, and a join that reaches the server first fails for want of the lease: the join is
@@ -368,16 +240,16 @@ fn lost_ack_of_acquire<S: Rig>() {
     let (name, mut a, lost_at) = loop {
         tries += 1;
         let name = format!("acquire-{tries}");
-        let pattern = S::acquire_request(&w, &name);
+        let pattern = fx.acquire_request(&name);
         if !S::ACQUIRE_HOLD.is_zero() {
             proxy.hold_request(&pattern, S::ACQUIRE_HOLD);
         }
         let lost = proxy.lose_reply_to(&pattern);
-        let a = Run::start(&w, &via, &name, &format!("a{tries}"), &["--wait", "20s"]);
+        let a = start(&w, &via, &name, &format!("a{tries}"), &["--wait", "20s"]);
         let lost_at = lost
             .wait(SOON)
             .expect("the acquire request never went through");
-        let pid = a.process.id();
+        let pid = a.process.pid();
         let ghost = wait_until(S::ACQUIRE_HOLD + Duration::from_secs(1), || {
             w.status(&name)["holders"][0]["pid"] == pid
         });
@@ -387,23 +259,23 @@ fn lost_ack_of_acquire<S: Rig>() {
         assert!(tries < 10, "no lost acquire was applied in {tries} tries");
     };
     let name = name.as_str();
-    let mut b = Run::start(&w, &w.url, name, "b", &["--wait", "30s"]);
+    let mut b = start(&w, w.url(), name, "b", &["--wait", "30s"]);
     let ttl = Duration::from_secs(2);
-    let someone = wait_before(lost_at + ttl + SLACK, || a.started() || b.started());
+    let someone = wait_before(lost_at + ttl + SLACK, || a.running() || b.running());
     assert!(
         someone,
         "nobody held the lock within one TTL of the lost ack: a ghost holder stayed; {}",
         w.status(name)
     );
     let mut outcome = format!("ghost on try {tries}; ");
-    if a.started() {
+    if a.running() {
         // A confirmed its acquisition after all: it is the one holder.
         let out = a.finish();
         assert_eq!(code(&out), 0, "{}", text(&out.stderr));
         outcome.push_str("A retried and held (exit 0); ");
     }
     assert!(
-        wait_until(SOON, || b.started()),
+        wait_until(SOON, || b.running()),
         "the waiter never got the lock"
     );
     outcome.push_str(&format!(
@@ -412,186 +284,188 @@ fn lost_ack_of_acquire<S: Rig>() {
     ));
     let out = b.finish();
     assert_eq!(code(&out), 0, "{}", text(&out.stderr));
-    if !a.started() {
+    if !a.running() {
         let out = a.finish();
         assert!(
-            a.started() && code(&out) == 0 || code(&out) == 69,
+            a.running() && code(&out) == 0 || code(&out) == 69,
             "A: exit {}: {}",
             code(&out),
             text(&out.stderr)
         );
         outcome = format!("A exit {}; {outcome}", code(&out));
     }
-    assert_eq!(overlaps(&w), "", "two holders ran at once");
+    assert_eq!(w.overlaps(), "", "two holders ran at once");
     eprintln!("drill outcome: {outcome}");
 }
 
+/// A drill under way: a fresh server behind the proxy, holder A (tagged `a`) through the proxy,
+/// and B (tagged `b`) in line for the same name, talking to the server directly.
+struct Drill<S> {
+    fx: S,
+    w: Scene,
+    proxy: Proxy,
+    name: &'static str,
+    a: Holder,
+    b: Holder,
+    /// The lease the backend granted A.
+    ttl: Duration,
+}
+
+impl<S: Wire> Drill<S> {
+    fn start(name: &'static str) -> Self {
+        let (fx, w, proxy, via) = rig::<S>();
+        let a = hold_via(&w, &via, name, "a", &[]);
+        let ttl = a.ttl();
+        let b = start(&w, w.url(), name, "b", &["--wait", "30s"]);
+        w.wait_waiters(name, 1);
+        Drill {
+            fx,
+            w,
+            proxy,
+            name,
+            a,
+            b,
+            ttl,
+        }
+    }
+
+    /// A's command ends; its lockrun must exit 0 (a failed release is only worth a warning).
+    fn a_finishes(&mut self) {
+        let out = self.a.finish();
+        assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    }
+
+    /// B gets the lock within `within` with a higher token and keeps it while anything A sent
+    /// may still land; its run ends normally, and no two commands ever ran at once.
+    fn b_takes_over(mut self, within: Duration, outcome: &str) {
+        assert!(
+            wait_until(within, || self.b.running()),
+            "the waiter never got the lock"
+        );
+        assert!(self.b.token() > self.a.token());
+        keeps_holding(&self.w, self.name, self.b.token());
+        let out = self.b.finish();
+        assert_eq!(
+            code(&out),
+            0,
+            "the new holder lost its lease: {}",
+            text(&out.stderr)
+        );
+        assert_eq!(self.w.overlaps(), "", "two holders ran at once");
+        eprintln!("drill outcome: {outcome}");
+    }
+}
+
 /// Lost ack of a renewal: the deadline must not move on the strength of an unconfirmed renewal.
-fn lost_ack_of_renewal<S: Rig>() {
-    let (mut w, proxy, via) = rig::<S>();
-    let name = "renew";
+fn lost_ack_of_renewal<S: Wire>() {
     // Default timings: a renewal whose answer is lost uses up its timeout and is retried at once,
     // which still fits before the stop point; stopping early instead would also be correct.
-    let mut a = hold_via(&mut w, &via, name, "a", &[]);
-    let ttl = granted(&w, "a");
-    let lost = proxy.lose_reply_to(&S::renew_request(&w, name, &a));
-    let mut b = Run::start(&w, &w.url, name, "b", &["--wait", "30s"]);
+    let mut d = Drill::<S>::start("renew");
+    let lost = d.proxy.lose_reply_to(&d.fx.renew_request(d.name, &d.a));
     // Every renewal confirmed so far was sent before this one.
-    let lost_at = lost.wait(ttl).expect("no renewal within a TTL");
-    let outcome = stopped_early_or_confirmed(&w, name, &mut a, lost_at, ttl);
-    assert!(
-        wait_until(SOON, || b.started()),
-        "the waiter never got the lock"
-    );
-    assert!(b.token() > a.token);
-    let out = b.finish();
-    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
-    assert_eq!(overlaps(&w), "", "two holders ran at once");
-    eprintln!("drill outcome: {outcome}");
+    let lost_at = lost.wait(d.ttl).expect("no renewal within a TTL");
+    let outcome = stopped_early_or_confirmed(&d.w, d.name, &mut d.a, lost_at, d.ttl);
+    d.b_takes_over(SOON, outcome);
 }
 
 /// Lost ack of the release: the release is applied but unanswered. The lock frees by the TTL at
 /// the latest, and the next holder keeps its lease until it ends.
-fn lost_ack_of_release<S: Rig>() {
-    let (mut w, proxy, via) = rig::<S>();
-    let name = "release";
-    let mut a = hold_via(&mut w, &via, name, "a", &[]);
-    let ttl = granted(&w, "a");
-    let mut b = Run::start(&w, &w.url, name, "b", &["--wait", "30s"]);
-    w.wait_waiters(name, 1);
-    let pattern = S::release_request(&w, name, &a);
+fn lost_ack_of_release<S: Wire>() {
+    let mut d = Drill::<S>::start("release");
+    let pattern = d.fx.release_request(d.name, &d.a);
     if S::RELEASE_IS_RENEWAL {
         // A renewal just went by; the next is a renewal interval away, the release is at once.
-        let renewed = proxy.observe(&pattern);
-        assert!(renewed.wait(ttl).is_some(), "no renewal within a TTL");
+        let renewed = d.proxy.observe(&pattern);
+        assert!(renewed.wait(d.ttl).is_some(), "no renewal within a TTL");
     }
-    let lost = proxy.lose_reply_to(&pattern);
-    std::fs::write(w.path("a.release"), "").expect("write release file");
+    let lost = d.proxy.lose_reply_to(&pattern);
+    std::fs::write(d.a.file("release"), "").expect("write release file");
     let lost_at = lost.wait(SOON).expect("the release never went through");
-    let freed = wait_before(lost_at + ttl + SLACK, || b.started());
+    let freed = wait_before(lost_at + d.ttl + SLACK, || d.b.running());
     assert!(freed, "the lock was not free one TTL after the release");
     let held_after = lost_at.elapsed();
-    // A's command ended normally; the unanswered release is only worth a warning.
-    let out = a.finish();
-    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
-    assert!(b.token() > a.token);
-    keeps_holding(&w, name, b.token());
-    let out = b.finish();
-    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
-    assert_eq!(overlaps(&w), "", "two holders ran at once");
-    eprintln!("drill outcome: B held {held_after:?} after the unanswered release, kept it");
+    d.a_finishes();
+    d.b_takes_over(
+        SOON,
+        &format!("B held {held_after:?} after the unanswered release, kept it"),
+    );
 }
 
 /// A stale release: the holder's release reaches the server only after its lease expired and
 /// another run took the lock. It must not remove the new holder.
-fn late_release<S: Rig>() {
-    let (mut w, proxy, via) = rig::<S>();
-    let name = "late";
-    let mut a = hold_via(&mut w, &via, name, "a", &[]);
-    let ttl = granted(&w, "a");
-    let mut b = Run::start(&w, &w.url, name, "b", &["--wait", "30s"]);
-    w.wait_waiters(name, 1);
+fn late_release<S: Wire>() {
+    let mut d = Drill::<S>::start("late");
     if S::RELEASE_IS_RENEWAL {
         // Right after a renewal, so that the release is the next such request A sends.
-        let renewed = proxy.observe(&S::renew_request(&w, name, &a));
-        assert!(renewed.wait(ttl).is_some(), "no renewal within a TTL");
+        let renewed = d.proxy.observe(&d.fx.renew_request(d.name, &d.a));
+        assert!(renewed.wait(d.ttl).is_some(), "no renewal within a TTL");
     }
     // The release reaches the server a second after A's lease could have expired.
-    let pattern = S::release_request(&w, name, &a);
-    let released = proxy.hold_request(&pattern, ttl + Duration::from_secs(1));
+    let pattern = d.fx.release_request(d.name, &d.a);
+    let released = d
+        .proxy
+        .hold_request(&pattern, d.ttl + Duration::from_secs(1));
     let delayed_at = Instant::now();
-    std::fs::write(w.path("a.release"), "").expect("write release file");
+    std::fs::write(d.a.file("release"), "").expect("write release file");
     // A's lease was last confirmed before this point: it frees by the TTL at the latest.
-    let freed = wait_before(delayed_at + ttl + SLACK, || b.started());
+    let freed = wait_before(delayed_at + d.ttl + SLACK, || d.b.running());
     assert!(
         freed,
         "the lock was not free one TTL after the last renewal"
     );
     let held_after = delayed_at.elapsed();
-    let out = a.finish();
-    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    d.a_finishes();
     assert!(
         released.fired().is_some(),
         "A sent no release through the proxy"
     );
-    assert!(b.token() > a.token);
     assert!(
-        proxy.wait_drained(SOON),
+        d.proxy.wait_drained(SOON),
         "the late release was never delivered"
     );
-    keeps_holding(&w, name, b.token());
-    let out = b.finish();
-    assert_eq!(
-        code(&out),
-        0,
-        "the new holder lost its lease: {}",
-        text(&out.stderr)
-    );
-    assert_eq!(overlaps(&w), "", "two holders ran at once");
-    eprintln!(
-        "drill outcome: B held {held_after:?} after the release was sent; \
-         the release arrived late and B kept the lock"
+    d.b_takes_over(
+        SOON,
+        &format!(
+            "B held {held_after:?} after the release was sent; \
+             the release arrived late and B kept the lock"
+        ),
     );
 }
 
 /// A link delayed by half the TTL each way: renewals cannot be confirmed in time, so the command
 /// must be stopped before its last confirmed lease could expire (or, should a renewal be
 /// confirmed, run on as the holder).
-fn half_ttl_delay<S: Rig>() {
-    let (mut w, proxy, via) = rig::<S>();
-    let name = "delay";
-    let mut a = hold_via(&mut w, &via, name, "a", &[]);
-    let ttl = granted(&w, "a");
-    let mut b = Run::start(&w, &w.url, name, "b", &["--wait", "30s"]);
-    w.wait_waiters(name, 1);
-    proxy.delay(ttl / 2);
+fn half_ttl_delay<S: Wire>() {
+    let mut d = Drill::<S>::start("delay");
+    d.proxy.delay(d.ttl / 2);
     // Nothing sent from here on can be confirmed sooner than a TTL after it was sent.
     let delayed_at = Instant::now();
-    let outcome = stopped_early_or_confirmed(&w, name, &mut a, delayed_at, ttl);
-    assert!(
-        wait_until(SOON + ttl, || b.started()),
-        "the waiter never got the lock"
-    );
-    assert!(b.token() > a.token);
-    let out = b.finish();
-    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
-    assert_eq!(overlaps(&w), "", "two holders ran at once");
-    eprintln!("drill outcome: {outcome}");
+    let outcome = stopped_early_or_confirmed(&d.w, d.name, &mut d.a, delayed_at, d.ttl);
+    let within = SOON + d.ttl;
+    d.b_takes_over(within, outcome);
 }
 
 /// Every connection reset (RST) under a holder, and new ones refused for a moment: the holder
 /// reconnects and rides through, or is stopped before its last confirmed lease could expire.
-fn reset_under_a_holder<S: Rig>() {
-    let (mut w, proxy, via) = rig::<S>();
-    let name = "reset";
-    let mut a = hold_via(&mut w, &via, name, "a", &[]);
-    let ttl = granted(&w, "a");
-    let mut b = Run::start(&w, &w.url, name, "b", &["--wait", "30s"]);
-    w.wait_waiters(name, 1);
-    let open = proxy.connections();
-    proxy.reset();
+fn reset_under_a_holder<S: Wire>() {
+    let mut d = Drill::<S>::start("reset");
+    let open = d.proxy.connections();
+    d.proxy.reset();
     let reset_at = Instant::now();
     assert!(
-        wait_until(SOON, || proxy.connections() == 0),
+        wait_until(SOON, || d.proxy.connections() == 0),
         "{open} connection(s) survived the reset"
     );
-    std::thread::sleep(ttl / 8);
-    proxy.heal();
-    let outcome = stopped_early_or_confirmed(&w, name, &mut a, reset_at, ttl);
-    assert!(
-        wait_until(SOON + ttl, || b.started()),
-        "the waiter never got the lock"
-    );
-    assert!(b.token() > a.token);
-    let out = b.finish();
-    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
-    assert_eq!(overlaps(&w), "", "two holders ran at once");
-    eprintln!("drill outcome: {outcome}");
+    std::thread::sleep(d.ttl / 8);
+    d.proxy.heal();
+    let outcome = stopped_early_or_confirmed(&d.w, d.name, &mut d.a, reset_at, d.ttl);
+    let within = SOON + d.ttl;
+    d.b_takes_over(within, outcome);
 }
 
 /// `token` stays the one holder of `name` for a while (a few renewals of the new holder and time
 /// for anything still in flight to land), as the backend itself says.
-fn keeps_holding<S>(w: &World<S>, name: &str, token: u64) {
+fn keeps_holding(w: &Scene, name: &str, token: u64) {
     let until = Instant::now() + Duration::from_secs(1);
     while Instant::now() < until {
         let status = w.status(name);
@@ -604,46 +478,33 @@ fn keeps_holding<S>(w: &World<S>, name: &str, token: u64) {
     }
 }
 
+/// `drills!(module, Fixture)`: one `#[test]` per drill, on that backend.
 macro_rules! drills {
     ($module:ident, $server:ty) => {
+        drills!(@each $module, $server,
+            lost_ack_of_acquire_leaves_one_holder_and_no_ghost => lost_ack_of_acquire,
+            lost_ack_of_renewal_stops_early_or_is_confirmed => lost_ack_of_renewal,
+            lost_ack_of_release_frees_the_lock_and_spares_the_next_holder => lost_ack_of_release,
+            late_release_never_removes_the_next_holder => late_release,
+            half_ttl_delay_stops_the_command_early_never_late => half_ttl_delay,
+            reset_connections_are_ridden_through_or_stop_the_command_early => reset_under_a_holder,
+        );
+    };
+    (@each $module:ident, $server:ty, $($test:ident => $drill:ident),* $(,)?) => {
         mod $module {
             use super::*;
-
-            #[test]
-            fn lost_ack_of_acquire_leaves_one_holder_and_no_ghost() {
-                lost_ack_of_acquire::<$server>();
-            }
-
-            #[test]
-            fn lost_ack_of_renewal_stops_early_or_is_confirmed() {
-                lost_ack_of_renewal::<$server>();
-            }
-
-            #[test]
-            fn lost_ack_of_release_frees_the_lock_and_spares_the_next_holder() {
-                lost_ack_of_release::<$server>();
-            }
-
-            #[test]
-            fn late_release_never_removes_the_next_holder() {
-                late_release::<$server>();
-            }
-
-            #[test]
-            fn half_ttl_delay_stops_the_command_early_never_late() {
-                half_ttl_delay::<$server>();
-            }
-
-            #[test]
-            fn reset_connections_are_ridden_through_or_stop_the_command_early() {
-                reset_under_a_holder::<$server>();
-            }
+            $(
+                #[test]
+                fn $test() {
+                    $drill::<$server>();
+                }
+            )*
         }
     };
 }
 
 drills!(on_redis, RedisServer);
-drills!(on_etcd, EtcdCluster);
+drills!(on_etcd, Etcd<1>);
 drills!(on_postgres, PgServer);
 
 /// The proxy's faults, against a local echo server that records what it received.
@@ -681,6 +542,14 @@ mod proxy_faults {
         Echo { port, received }
     }
 
+    /// An echo server, a proxy in front of it, and a connection through the proxy.
+    fn echo_through_proxy() -> (Echo, Proxy, TcpStream) {
+        let server = echo();
+        let proxy = Proxy::start(server.port);
+        let stream = connect(&proxy);
+        (server, proxy, stream)
+    }
+
     fn connect(proxy: &Proxy) -> TcpStream {
         let stream = TcpStream::connect(("127.0.0.1", proxy.port())).expect("connect to proxy");
         stream
@@ -706,12 +575,8 @@ mod proxy_faults {
 
     #[test]
     fn delay_holds_each_chunk_back_by_at_least_the_delay() {
-        let server = echo();
-        let proxy = Proxy::start(server.port);
-        let mut stream = connect(&proxy);
-        stream
-            .set_read_timeout(Some(Duration::from_secs(5)))
-            .unwrap();
+        let (_server, proxy, mut stream) = echo_through_proxy();
+        stream.set_read_timeout(Some(SOON)).unwrap();
         proxy.set_delay(Direction::ToClient, Duration::from_millis(300));
         let start = Instant::now();
         assert_eq!(ask(&mut stream, b"one"), Ok(b"one".to_vec()));
@@ -725,9 +590,7 @@ mod proxy_faults {
 
     #[test]
     fn blackhole_forwards_nothing_and_loses_nothing() {
-        let server = echo();
-        let proxy = Proxy::start(server.port);
-        let mut stream = connect(&proxy);
+        let (server, proxy, mut stream) = echo_through_proxy();
         assert_eq!(ask(&mut stream, b"one"), Ok(b"one".to_vec()));
         proxy.blackhole();
         assert!(ask(&mut stream, b"two").is_err(), "an answer came through");
@@ -742,9 +605,7 @@ mod proxy_faults {
 
     #[test]
     fn reset_closes_open_and_new_connections_with_rst() {
-        let server = echo();
-        let proxy = Proxy::start(server.port);
-        let mut stream = connect(&proxy);
+        let (_server, proxy, mut stream) = echo_through_proxy();
         assert_eq!(ask(&mut stream, b"one"), Ok(b"one".to_vec()));
         proxy.reset();
         let mut buf = [0u8; 8];
@@ -768,12 +629,8 @@ mod proxy_faults {
 
     #[test]
     fn a_held_request_arrives_late_and_what_came_before_it_at_once() {
-        let server = echo();
-        let proxy = Proxy::start(server.port);
-        let mut stream = connect(&proxy);
-        stream
-            .set_read_timeout(Some(Duration::from_secs(5)))
-            .unwrap();
+        let (server, proxy, mut stream) = echo_through_proxy();
+        stream.set_read_timeout(Some(SOON)).unwrap();
         let held = proxy.hold_request(b"late", Duration::from_millis(300));
         let start = Instant::now();
         stream.write_all(b"soon,late").unwrap();
@@ -789,9 +646,7 @@ mod proxy_faults {
 
     #[test]
     fn lost_reply_delivers_the_request_and_swallows_the_answer() {
-        let server = echo();
-        let proxy = Proxy::start(server.port);
-        let mut stream = connect(&proxy);
+        let (server, proxy, mut stream) = echo_through_proxy();
         let lost = proxy.lose_reply_to(b"tw");
         assert_eq!(ask(&mut stream, b"one"), Ok(b"one".to_vec()));
         assert!(lost.fired().is_none());

@@ -1,5 +1,5 @@
 //! The shell completions and the man page are generated from the clap definition and committed;
-//! this test fails when they are stale. Regenerate with `LOCKRUN_BLESS=1 cargo test --test generated`.
+//! this test fails when they are stale. Regenerate with `LOCKRUN_BLESS=1 cargo test --test lib generated`.
 
 use std::path::Path;
 
@@ -15,7 +15,7 @@ fn check(relative: &str, fresh: &[u8]) {
     let committed = std::fs::read(&path).unwrap_or_default();
     assert!(
         committed == fresh,
-        "{relative} is stale: run LOCKRUN_BLESS=1 cargo test --test generated and commit the result"
+        "{relative} is stale: run LOCKRUN_BLESS=1 cargo test --test lib generated and commit the result"
     );
 }
 

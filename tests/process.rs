@@ -1,22 +1,23 @@
 //! The command's life under lockrun, through the real binary: exit statuses, signal forwarding,
 //! the parent-death signal, and descriptors that must not leak to the command's descendants.
 
-mod common;
-
+use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
-use common::{Drive, FileEnv, alive, code, text, wait_exit, wait_for_file, wait_until};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-fn pid_of(child: &std::process::Child) -> Pid {
-    Pid::from_raw(child.id() as i32)
-}
+use crate::support::asserts::assert_said;
+use crate::support::fixture::Fixture;
+use crate::support::lockrun::{BIN, Proc, scrub};
+use crate::support::redis_server::RedisServer;
+use crate::support::scene::Scene;
+use crate::support::wait::{SOON, alive, code, number_in, text, wait_for_file, wait_until};
 
 #[test]
 fn the_commands_own_exit_status_is_passed_on() {
-    let env = FileEnv::new();
+    let env = Scene::file();
     for status in [0, 1, 3, 42, 255] {
         let out = env.run(["--name", "x", "--", "sh", "-c", &format!("exit {status}")]);
         assert_eq!(code(&out), status);
@@ -25,7 +26,7 @@ fn the_commands_own_exit_status_is_passed_on() {
 
 #[test]
 fn a_command_killed_by_a_signal_gives_128_plus_n() {
-    let env = FileEnv::new();
+    let env = Scene::file();
     let out = env.run(["--name", "x", "--", "sh", "-c", "kill -TERM $$"]);
     assert_eq!(code(&out), 128 + 15);
     let out = env.run(["--name", "x", "--", "sh", "-c", "kill -KILL $$"]);
@@ -34,12 +35,12 @@ fn a_command_killed_by_a_signal_gives_128_plus_n() {
 
 #[test]
 fn a_missing_command_exits_127_and_a_non_executable_one_126() {
-    let env = FileEnv::new();
+    let env = Scene::file();
     let out = env.run(["--name", "x", "--", "/no/such/program"]);
     assert_eq!(code(&out), 127, "{}", text(&out.stderr));
-    assert!(text(&out.stderr).contains("not found"));
+    assert_said(&out, "not found");
 
-    let script = env.scratch("not-executable.sh");
+    let script = env.path("not-executable.sh");
     std::fs::write(&script, "#!/bin/sh\necho hi\n").unwrap();
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).unwrap();
     let out = env.run(["--name", "x", "--", script.to_str().unwrap()]);
@@ -55,7 +56,7 @@ fn a_missing_command_exits_127_and_a_non_executable_one_126() {
 
 #[test]
 fn lockrun_writes_nothing_to_stdout_and_leaves_stdin_to_the_command() {
-    let env = FileEnv::new();
+    let env = Scene::file();
     let out = env.run(["-vv", "--name", "x", "--ttl", "300ms", "--", "sleep", "0.4"]);
     assert_eq!(code(&out), 0);
     assert!(out.stdout.is_empty(), "{}", text(&out.stdout));
@@ -69,29 +70,54 @@ fn lockrun_writes_nothing_to_stdout_and_leaves_stdin_to_the_command() {
         "{stderr}"
     );
 
-    use std::io::Write;
-    let mut child = env
-        .cmd(["--name", "x", "--", "cat"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(b"through\n").unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert_eq!(text(&out.stdout), "through\n");
+    let mut cat = Proc::spawn(
+        env.cmd(["--name", "x", "--", "cat"])
+            .stdin(std::process::Stdio::piped()),
+    );
+    let mut stdin = cat.take_stdin().expect("a pipe to cat");
+    stdin.write_all(b"through\n").unwrap();
+    drop(stdin);
+    assert_eq!(text(&cat.wait(SOON).stdout), "through\n");
 }
 
+/// Guards against `-q` hiding nothing (or everything): renewals that go unanswered while a link is
+/// silent for 800 ms make lockrun warn, which `-q` silences; an error still shows.
 #[test]
 fn quiet_silences_warnings_but_not_errors() {
-    let env = FileEnv::new();
-    let out = env.run(["-q", "--name", "x", "--", "/no/such/program"]);
+    let server = RedisServer::start();
+    let s = Scene::new(server.url());
+    for (tag, quiet) in [("loud", false), ("quiet", true)] {
+        let (proxy, url) = server.proxied().expect("a proxy");
+        let verbosity: &[&str] = if quiet { &["-q"] } else { &[] };
+        let options = [verbosity, &["--ttl", "3s", "--renew", "300ms"]].concat();
+        let mut holder = s.hold_via(&url, tag, tag, &options);
+        proxy.blackhole();
+        std::thread::sleep(Duration::from_millis(800));
+        proxy.heal();
+        let out = holder.finish();
+        let stderr = text(&out.stderr);
+        assert_eq!(code(&out), 0, "{tag}: {stderr}");
+        match quiet {
+            false => assert!(
+                stderr.contains("lockrun: renewal not"),
+                "no warning: {stderr}"
+            ),
+            true => assert!(stderr.is_empty(), "-q let a warning through: {stderr}"),
+        }
+    }
+    let out = s.run(["-q", "--name", "x", "--", "/no/such/program"]);
     assert_eq!(code(&out), 127);
-    assert_eq!(text(&out.stderr).lines().count(), 1);
+    assert_eq!(
+        text(&out.stderr).lines().count(),
+        1,
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 #[test]
 fn signals_are_forwarded_to_the_commands_process_group() {
-    let env = FileEnv::new();
+    let env = Scene::file();
     for (signal, number) in [
         (Signal::SIGTERM, 15),
         (Signal::SIGINT, 2),
@@ -100,15 +126,18 @@ fn signals_are_forwarded_to_the_commands_process_group() {
         (Signal::SIGUSR1, 10),
         (Signal::SIGUSR2, 12),
     ] {
-        let ready = env.scratch(&format!("ready-{number}"));
-        let grandchild = env.scratch(&format!("grandchild-{number}"));
+        let ready = env.path(&format!("ready-{number}"));
+        let grandchild = env.path(&format!("grandchild-{number}"));
         // The command traps the signal and exits with its number; a grandchild in the same group
         // records that it was reached too. (sh starts background jobs with INT and QUIT ignored,
         // and an ignored signal cannot be trapped, so the grandchild only checks the others.)
         let reaches_background = !matches!(signal, Signal::SIGINT | Signal::SIGQUIT);
+        // The command says it is ready only once the grandchild has set its trap.
         let background = if reaches_background {
             format!(
-                "sh -c 'trap \"echo got > {g}; exit 0\" {number}; while :; do sleep 0.05; done' &",
+                "sh -c 'trap \"echo got > {g}; exit 0\" {number}; echo > {g}.trap; \
+                 while :; do sleep 0.05; done' & \
+                 while [ ! -e {g}.trap ]; do sleep 0.01; done",
                 g = grandchild.display()
             )
         } else {
@@ -120,8 +149,8 @@ fn signals_are_forwarded_to_the_commands_process_group() {
         );
         let mut run = env.spawn(["--name", "sig", "--", "sh", "-c", &script]);
         wait_for_file(&ready, Duration::from_secs(10));
-        kill(pid_of(&run), signal).unwrap();
-        let out = wait_exit(&mut run, Duration::from_secs(10));
+        run.signal(signal);
+        let out = run.wait(Duration::from_secs(10));
         assert_eq!(code(&out), number, "{signal}: {}", text(&out.stderr));
         if reaches_background {
             assert_eq!(
@@ -135,41 +164,27 @@ fn signals_are_forwarded_to_the_commands_process_group() {
 
 #[test]
 fn a_signal_while_waiting_for_the_lock_ends_the_wait_without_running_anything() {
-    let env = FileEnv::new();
-    let mut holder = env.spawn(["--name", "w", "--", "sleep", "30"]);
-    env.wait_held("w", 1);
-    let marker = env.scratch("ran");
+    let env = Scene::file();
+    let _holder = env.hold("w", "h", &[]);
+    let marker = env.path("ran");
     let mut waiter = env.spawn(["--name", "w", "--", "touch", marker.to_str().unwrap()]);
-    assert!(wait_until(
-        Duration::from_secs(10),
-        || env.status("w")["waiters"] == 1
-    ));
-    kill(pid_of(&waiter), Signal::SIGTERM).unwrap();
-    let out = wait_exit(&mut waiter, Duration::from_secs(5));
+    env.wait_waiters("w", 1);
+    waiter.signal(Signal::SIGTERM);
+    let out = waiter.wait(Duration::from_secs(5));
     assert_eq!(code(&out), 128 + 15, "{}", text(&out.stderr));
-    assert!(
-        text(&out.stderr).contains("interrupted"),
-        "{}",
-        text(&out.stderr)
-    );
-    holder.kill().unwrap();
-    holder.wait().unwrap();
+    assert_said(&out, "interrupted");
     assert!(!marker.exists());
 }
 
 #[test]
 fn sigkill_of_lockrun_kills_the_command() {
-    let env = FileEnv::new();
-    let pid_file = env.scratch("child.pid");
-    let script = format!("echo $$ > {}; exec sleep 30", pid_file.display());
-    let mut run = env.spawn(["--name", "die", "--", "sh", "-c", &script]);
-    let child: i32 = wait_for_file(&pid_file, Duration::from_secs(10))
-        .trim()
-        .parse()
-        .unwrap();
+    let env = Scene::file();
+    let script = "echo $$ > child.pid; exec sleep 30";
+    let mut run = env.spawn(["--name", "die", "--", "sh", "-c", script]);
+    let child = number_in(&env.path("child.pid")) as i32;
     assert!(alive(child));
-    kill(pid_of(&run), Signal::SIGKILL).unwrap();
-    run.wait().unwrap();
+    run.signal(Signal::SIGKILL);
+    run.wait(SOON);
     assert!(
         wait_until(Duration::from_secs(5), || !alive(child)),
         "the command outlived lockrun"
@@ -185,23 +200,17 @@ fn sigkill_of_lockrun_kills_the_command() {
 fn the_parent_death_signal_survives_lockrun_idling_for_longer_than_a_worker_thread_lives() {
     // PR_SET_PDEATHSIG fires when the thread that spawned the command exits. An async runtime's
     // blocking-pool threads exit after 10 s idle; the command must not be killed by that.
-    let env = FileEnv::new();
-    let out = env.run([
-        "--name",
-        "long",
-        "--",
-        "sh",
-        "-c",
-        "sleep 11; echo finished",
-    ]);
+    let env = Scene::file();
+    let script = "sleep 11; echo finished";
+    let out = env.run(["--name", "long", "--", "sh", "-c", script]);
     assert_eq!(code(&out), 0, "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "finished\n");
 }
 
 #[test]
 fn a_background_grandchild_does_not_keep_the_lock() {
-    let env = FileEnv::new();
-    let pid_file = env.scratch("grandchild.pid");
+    let env = Scene::file();
+    let pid_file = env.path("grandchild.pid");
     // The grandchild keeps every inherited descriptor open and outlives the command.
     // Its output goes elsewhere, so the test does not wait for it to close our pipes.
     let script = format!(
@@ -210,11 +219,7 @@ fn a_background_grandchild_does_not_keep_the_lock() {
     );
     let out = env.run(["--name", "bg", "--", "sh", "-c", &script]);
     assert_eq!(code(&out), 0);
-    let grandchild: i32 = std::fs::read_to_string(&pid_file)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let grandchild = number_in(&pid_file) as i32;
     assert!(alive(grandchild));
     let out = env.run(["--name", "bg", "--no-wait", "--", "true"]);
     assert_eq!(
@@ -239,22 +244,21 @@ fn a_background_grandchild_does_not_keep_the_lock() {
 fn an_interactive_command_can_read_the_terminal() {
     // In the foreground of a terminal, the command's own process group must be handed the
     // terminal, or its first read would stop it (SIGTTIN) and the run would hang.
-    let env = FileEnv::new();
+    let env = Scene::file();
     let inner = format!(
         "{} --backend {} --name tty -- sh -c 'read line; echo got $line'",
-        common::BIN,
+        BIN,
         env.url()
     );
-    let mut run = std::process::Command::new("script")
+    let mut script = std::process::Command::new("script");
+    scrub(&mut script);
+    script
         .args(["-qec", &inner, "/dev/null"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("script(1) from util-linux");
-    use std::io::Write;
-    run.stdin.take().unwrap().write_all(b"typed\n").unwrap();
-    let out = wait_exit(&mut run, Duration::from_secs(10));
+        .stdin(std::process::Stdio::piped());
+    let mut run = Proc::spawn(&mut script);
+    let mut stdin = run.take_stdin().expect("a pipe to script(1)");
+    stdin.write_all(b"typed\n").unwrap();
+    let out = run.wait(Duration::from_secs(10));
     assert_eq!(code(&out), 0, "{}", text(&out.stderr));
     assert!(
         text(&out.stdout).contains("got typed"),
@@ -263,14 +267,10 @@ fn an_interactive_command_can_read_the_terminal() {
     );
 }
 
-/// Starts a holder of NAME whose command runs `script`, waits for `ready`, then breaks the lease
-/// by removing the lock file; returns lockrun's output.
-fn lose_lease_while(
-    env: &FileEnv,
-    name: &str,
-    script: &str,
-    ready: &std::path::Path,
-) -> std::process::Output {
+/// Starts a holder of NAME whose command runs `script`, which leaves a descendant that writes
+/// its pid to `NAME.pid`; then breaks the lease by removing the lock file. lockrun must exit 76;
+/// returns the descendant's pid.
+fn lose_lease_while(env: &Scene, name: &str, script: &str) -> i32 {
     let mut run = env.spawn([
         "--name",
         name,
@@ -283,28 +283,21 @@ fn lose_lease_while(
         "-c",
         script,
     ]);
-    wait_for_file(ready, Duration::from_secs(10));
-    std::fs::remove_file(env.path().join(format!("state/{name}.lock"))).unwrap();
-    wait_exit(&mut run, Duration::from_secs(10))
+    let descendant = number_in(&env.path(&format!("{name}.pid"))) as i32;
+    std::fs::remove_file(env.state().join(format!("{name}.lock"))).unwrap();
+    let out = run.wait(Duration::from_secs(10));
+    assert_eq!(code(&out), 76, "{}", text(&out.stderr));
+    descendant
 }
 
 #[test]
 fn a_lost_lease_stops_descendants_that_left_the_process_group() {
-    let env = FileEnv::new();
-    let pid_file = env.scratch("daemon.pid");
+    let env = Scene::file();
     // A daemon in a session of its own, deaf to TERM: only lockrun's subreaper sweep reaches it.
-    let script = format!(
-        "setsid sh -c 'trap \"\" TERM; echo $$ > {p}; while :; do sleep 0.05; done' >/dev/null 2>&1 &
-         while :; do sleep 0.05; done",
-        p = pid_file.display()
-    );
-    let out = lose_lease_while(&env, "daemon", &script, &pid_file);
-    assert_eq!(code(&out), 76, "{}", text(&out.stderr));
-    let daemon: i32 = std::fs::read_to_string(&pid_file)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let script = "setsid sh -c 'trap \"\" TERM; echo $$ > daemon.pid; \
+                  while :; do sleep 0.05; done' >/dev/null 2>&1 &
+                  while :; do sleep 0.05; done";
+    let daemon = lose_lease_while(&env, "daemon", script);
     assert!(
         wait_until(Duration::from_secs(5), || !alive(daemon)),
         "the daemon outlived the lost lease"
@@ -313,21 +306,12 @@ fn a_lost_lease_stops_descendants_that_left_the_process_group() {
 
 #[test]
 fn a_lost_lease_kills_group_members_that_ignore_term_after_the_leader_exits() {
-    let env = FileEnv::new();
-    let pid_file = env.scratch("stubborn.pid");
+    let env = Scene::file();
     // The leader dies of TERM at once; its background sibling ignores TERM.
-    let script = format!(
-        "sh -c 'trap \"\" TERM; echo $$ > {p}; while :; do sleep 0.05; done' >/dev/null 2>&1 &
-         exec sleep 30",
-        p = pid_file.display()
-    );
-    let out = lose_lease_while(&env, "stubborn", &script, &pid_file);
-    assert_eq!(code(&out), 76, "{}", text(&out.stderr));
-    let stubborn: i32 = std::fs::read_to_string(&pid_file)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let script = "sh -c 'trap \"\" TERM; echo $$ > stubborn.pid; \
+                  while :; do sleep 0.05; done' >/dev/null 2>&1 &
+                  exec sleep 30";
+    let stubborn = lose_lease_while(&env, "stubborn", script);
     assert!(
         !alive(stubborn),
         "a group member outlived lockrun after a lost lease"
@@ -336,8 +320,8 @@ fn a_lost_lease_kills_group_members_that_ignore_term_after_the_leader_exits() {
 
 #[test]
 fn after_a_normal_exit_background_descendants_keep_running_without_the_lock() {
-    let env = FileEnv::new();
-    let pid_file = env.scratch("daemon.pid");
+    let env = Scene::file();
+    let pid_file = env.path("daemon.pid");
     let script = format!(
         "setsid sh -c 'echo $$ > {p}; exec sleep 30' >/dev/null 2>&1 & \
          while [ ! -s {p} ]; do sleep 0.01; done",
@@ -345,11 +329,7 @@ fn after_a_normal_exit_background_descendants_keep_running_without_the_lock() {
     );
     let out = env.run(["--name", "leave", "--", "sh", "-c", &script]);
     assert_eq!(code(&out), 0, "{}", text(&out.stderr));
-    let daemon: i32 = std::fs::read_to_string(&pid_file)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let daemon = number_in(&pid_file) as i32;
     assert!(
         alive(daemon),
         "a normal exit must not kill what the command left running"

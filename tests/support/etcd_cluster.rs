@@ -2,9 +2,10 @@
 //! one member or a three-member cluster on free loopback ports (client and peer), data in a
 //! temporary directory, ready when `etcdctl endpoint health` passes on every member (polled, never a
 //! fixed sleep), killed on drop. A member can be killed, restarted on its ports with its data, and
-//! paused with SIGSTOP.
+//! paused with SIGSTOP. As a [`Fixture`], [`Etcd<1>`] is one member at etcd's default timing and
+//! [`Etcd<3>`] a three-member cluster with fast elections; a fault hits every member.
 
-use std::net::TcpListener;
+use std::ops::{Deref, DerefMut};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
@@ -12,7 +13,9 @@ use std::time::Duration;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use crate::common::wait_until;
+use super::fixture::{Counter, Fixture, free_port};
+use super::proxy::Proxy;
+use super::wait::{text, wait_until};
 
 /// How long a member (or the whole cluster) may take to become healthy.
 const READY: Duration = Duration::from_secs(20);
@@ -20,7 +23,7 @@ const READY: Duration = Duration::from_secs(20);
 /// Raft timing: etcd's defaults (heartbeat 100 ms, election 1 s, so a 2 s minimum lease), or a
 /// faster one for clusters whose tests kill members (elections in about half a second).
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Pace {
+enum Pace {
     Default,
     Fast,
 }
@@ -42,28 +45,20 @@ pub struct EtcdCluster {
     tls: Option<PathBuf>,
     /// With TLS: whether clients must show a certificate signed by `ca.crt`.
     client_auth: bool,
+    /// With authentication on: the password of `root`.
+    password: Option<String>,
 }
 
 impl EtcdCluster {
-    /// One member, etcd's default timing.
-    pub fn single() -> Self {
-        Self::sized(1, Pace::Default)
-    }
-
-    /// Three members on loopback, fast elections.
-    pub fn three() -> Self {
-        Self::sized(3, Pace::Fast)
-    }
-
-    /// One member that speaks only TLS, with the certificates in `certs` (see
-    /// `redis_server::make_certificates`); with `client_auth`, clients must show a certificate
-    /// signed by the same CA (the server's own will do).
+    /// One member that speaks only TLS, with the certificates in `certs` (see `support::certs`);
+    /// with `client_auth`, clients must show a certificate signed by the same CA (the server's own
+    /// will do).
     pub fn single_tls(certs: &Path, client_auth: bool) -> Self {
         Self::start_with(1, Pace::Default, Some((certs.to_path_buf(), client_auth)))
     }
 
     /// `size` members with `pace`.
-    pub fn sized(size: usize, pace: Pace) -> Self {
+    fn sized(size: usize, pace: Pace) -> Self {
         Self::start_with(size, pace, None)
     }
 
@@ -84,6 +79,7 @@ impl EtcdCluster {
                 token: format!("lockrun-test-{}-{attempt}", std::process::id()),
                 tls: tls.as_ref().map(|(certs, _)| certs.clone()),
                 client_auth: tls.as_ref().is_some_and(|(_, auth)| *auth),
+                password: None,
             };
             for i in 0..size {
                 cluster.launch(i);
@@ -183,14 +179,36 @@ impl EtcdCluster {
         self.members[i].client_port
     }
 
-    /// `etcd://` with every member, member 0 first.
+    /// `etcd://` with every member, member 0 first (and `root`'s password once auth is on).
     pub fn url(&self) -> String {
         let endpoints: Vec<String> = (0..self.members.len()).map(|i| self.endpoint(i)).collect();
-        format!("etcd://{}", endpoints.join(","))
+        format!("etcd://{}{}", self.userinfo(), endpoints.join(","))
+    }
+
+    fn userinfo(&self) -> String {
+        self.password
+            .as_ref()
+            .map_or_else(String::new, |password| format!("root:{password}@"))
+    }
+
+    /// Turns authentication on, with a `root` user whose password is `password`.
+    pub fn enable_auth(&mut self, password: &str) {
+        for args in [
+            &["user", "add", &format!("root:{password}")][..],
+            &["auth", "enable"],
+        ] {
+            let out = self.etcdctl(args);
+            assert!(
+                out.status.success(),
+                "etcdctl {args:?}: {}",
+                text(&out.stderr)
+            );
+        }
+        self.password = Some(password.to_owned());
     }
 
     /// Kills member `i` (SIGKILL: no goodbye to its peers or clients).
-    pub fn kill(&mut self, i: usize) {
+    pub fn kill_member(&mut self, i: usize) {
         if let Some(mut child) = self.members[i].child.take() {
             let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGCONT);
             let _ = child.kill();
@@ -200,8 +218,8 @@ impl EtcdCluster {
 
     /// Starts member `i` again on its ports, with its data; waits until it answers a health check
     /// when `wait_healthy` (a member alone without its quorum never does).
-    pub fn restart(&mut self, i: usize, wait_healthy: bool) {
-        self.kill(i);
+    pub fn restart_member(&mut self, i: usize, wait_healthy: bool) {
+        self.kill_member(i);
         self.launch(i);
         if wait_healthy {
             assert!(
@@ -212,13 +230,13 @@ impl EtcdCluster {
     }
 
     /// Freezes member `i` (SIGSTOP): it keeps its connections but answers nothing.
-    pub fn pause(&self, i: usize) {
+    pub fn pause_member(&self, i: usize) {
         if let Some(child) = &self.members[i].child {
             kill(Pid::from_raw(child.id() as i32), Signal::SIGSTOP).expect("SIGSTOP etcd");
         }
     }
 
-    pub fn resume(&self, i: usize) {
+    pub fn resume_member(&self, i: usize) {
         if let Some(child) = &self.members[i].child {
             kill(Pid::from_raw(child.id() as i32), Signal::SIGCONT).expect("SIGCONT etcd");
         }
@@ -227,45 +245,129 @@ impl EtcdCluster {
     /// Runs `etcdctl` (API v3) against every member.
     pub fn etcdctl(&self, args: &[&str]) -> Output {
         let endpoints: Vec<String> = (0..self.members.len()).map(|i| self.endpoint(i)).collect();
-        Command::new("etcdctl")
-            .env("ETCDCTL_API", "3")
+        let mut cmd = Command::new("etcdctl");
+        cmd.env("ETCDCTL_API", "3")
             .args(["--endpoints", &endpoints.join(",")])
-            .args(["--command-timeout", "3s"])
-            .args(args)
-            .output()
-            .expect("run etcdctl")
+            .args(["--command-timeout", "3s"]);
+        if let Some(password) = &self.password {
+            cmd.arg(format!("--user=root:{password}"));
+        }
+        cmd.args(args).output().expect("run etcdctl")
     }
 
-    /// The members' logs, for failure messages.
-    pub fn log(&self, i: usize) -> PathBuf {
-        self.dir
-            .path()
-            .join(format!("{}.log", self.members[i].name))
+    /// Kills every member.
+    pub fn kill_all(&mut self) {
+        for i in 0..self.members.len() {
+            self.kill_member(i);
+        }
     }
 }
 
 impl Drop for EtcdCluster {
     fn drop(&mut self) {
-        for i in 0..self.members.len() {
-            self.kill(i);
-        }
+        self.kill_all();
     }
 }
 
-impl super::world::Server for EtcdCluster {
+/// An etcd cluster of `MEMBERS` members as a backend under test.
+pub struct Etcd<const MEMBERS: usize> {
+    cluster: EtcdCluster,
+}
+
+impl<const MEMBERS: usize> Deref for Etcd<MEMBERS> {
+    type Target = EtcdCluster;
+
+    fn deref(&self) -> &EtcdCluster {
+        &self.cluster
+    }
+}
+
+impl<const MEMBERS: usize> DerefMut for Etcd<MEMBERS> {
+    fn deref_mut(&mut self) -> &mut EtcdCluster {
+        &mut self.cluster
+    }
+}
+
+impl<const MEMBERS: usize> Fixture for Etcd<MEMBERS> {
+    const TTL: &'static str = "3s";
+    const SERVER_CLOCK: bool = false;
+
     fn start() -> Self {
-        EtcdCluster::single()
+        let pace = if MEMBERS == 1 {
+            Pace::Default
+        } else {
+            Pace::Fast
+        };
+        Etcd {
+            cluster: EtcdCluster::sized(MEMBERS, pace),
+        }
+    }
+
+    fn with_password(password: &str) -> Option<Self> {
+        let mut etcd = Self::start();
+        etcd.enable_auth(password);
+        Some(etcd)
     }
 
     fn url(&self) -> String {
-        EtcdCluster::url(self)
+        self.cluster.url()
     }
-}
 
-/// A loopback port that nothing listens on right now.
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("probe a free port")
-        .port()
+    fn url_at(authority: &str) -> String {
+        format!("etcd://{authority}")
+    }
+
+    fn malformed() -> Vec<(String, String)> {
+        vec![
+            ("etcd://u:hunter2@127.0.0.1:1?tls=1".into(), "tls".into()),
+            (
+                "etcd://127.0.0.1:1?cacert=/nonexistent/ca.pem".into(),
+                "/nonexistent/ca.pem".into(),
+            ),
+        ]
+    }
+
+    /// Every request through one proxy in front of member 0 (the URL names no other member).
+    fn proxied(&self) -> Option<(Proxy, String)> {
+        Some(Proxy::in_front_of(self.client_port(0), |port| {
+            format!("etcd://{}127.0.0.1:{port}", self.userinfo())
+        }))
+    }
+
+    fn kill(&mut self) {
+        self.cluster.kill_all();
+    }
+
+    fn pause(&self) {
+        for i in 0..MEMBERS {
+            self.cluster.pause_member(i);
+        }
+    }
+
+    fn resume(&self) {
+        for i in 0..MEMBERS {
+            self.cluster.resume_member(i);
+        }
+    }
+
+    /// Tokens are revisions kept in the members' data, which a crash keeps: a wipe changes
+    /// nothing here.
+    fn restart(&mut self, _wipe: bool) {
+        self.cluster.kill_all();
+        for i in 0..MEMBERS {
+            self.cluster.launch(i);
+        }
+        let healthy = wait_until(READY, || (0..MEMBERS).all(|i| self.cluster.healthy(i)));
+        assert!(healthy, "etcd did not come back after a restart");
+    }
+
+    fn counter(&self, _name: &str) -> Counter {
+        let out = self.etcdctl(&["endpoint", "status", "-w", "json"]);
+        let status: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|_| panic!("etcdctl endpoint status: {}", text(&out.stderr)));
+        let revision = status[0]["Status"]["header"]["revision"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no revision in {status}"));
+        Counter::AtLeast(revision)
+    }
 }

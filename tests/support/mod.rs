@@ -1,12 +1,18 @@
-//! Harness pieces for the networked-backend tests: real servers started per test, and a TCP proxy
-//! that can go silent.
-//! The proxy also delays, resets connections and loses replies, for the drills in `faults.rs`.
+//! What the tests share, one job per file: running the real binary ([`lockrun`]), a test's scene
+//! and its holders, waiting with bounds, the backend fixtures and the servers behind them, the
+//! fault proxy, the contract's lease timing, certificates and the machine's prerequisites.
 
-#![allow(dead_code)] // each test binary uses a different subset
-
+pub mod asserts;
+pub mod certs;
 pub mod etcd_cluster;
+pub mod file_dir;
+pub mod fixture;
+pub mod holder;
+pub mod lockrun;
 pub mod postgres_server;
 pub mod proxy;
 pub mod redis_server;
-pub mod scenarios;
-pub mod world;
+pub mod scene;
+pub mod timing;
+pub mod tools;
+pub mod wait;

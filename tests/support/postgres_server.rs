@@ -5,17 +5,21 @@
 //! on the shared memory) and restarted on the same port with the same data, and paused with
 //! SIGSTOP. When the tests run as root, the server runs as the `postgres`
 //! user (or `nobody`), since PostgreSQL refuses to run as root.
+//!
+//! The token counter lives in a table that a crash keeps, so a wiping restart is a plain one.
 
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::{Pid, User};
 
-use crate::common::{alive, wait_until};
+use super::fixture::{Counter, Fixture, free_port};
+use super::proxy::Proxy;
+use super::wait::{alive, wait_until};
 
 /// The user name of the cluster's superuser.
 pub const SUPERUSER: &str = "postgres";
@@ -37,13 +41,8 @@ impl PgServer {
         Self::start_with(None, false)
     }
 
-    /// Starts a cluster that requires `password` (scram-sha-256) for every connection.
-    pub fn with_password(password: &str) -> Self {
-        Self::start_with(Some(password.to_owned()), false)
-    }
-
     /// Starts a cluster that also accepts TLS, with a certificate for `127.0.0.1` signed by a
-    /// private authority ([`PgServer::ca_file`]); needs the `openssl` command.
+    /// private authority ([`PgServer::ca_file`]); callers check `tools::openssl` first.
     pub fn with_tls() -> Self {
         Self::start_with(None, true)
     }
@@ -116,35 +115,9 @@ impl PgServer {
     /// A private authority and a server certificate for `127.0.0.1`, readable by the server.
     fn make_certificates(&self) {
         let root = self.dir.path();
-        let openssl = |args: &[&str]| {
-            let out = Command::new("openssl")
-                .args(args)
-                .current_dir(root)
-                .output()
-                .expect("run openssl (is it installed?)");
-            assert!(
-                out.status.success(),
-                "openssl {args:?} failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        };
-        let ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2";
-        let run = |line: &str| openssl(&line.split(' ').collect::<Vec<_>>());
-        run(&format!(
-            "req -x509 {ec} -keyout ca.key -out ca.pem -subj /CN=lockrun-test-ca"
-        ));
-        std::fs::write(root.join("san.cnf"), "subjectAltName=IP:127.0.0.1\n").expect("san.cnf");
-        run(&format!(
-            "req {ec} -keyout server.key -out server.csr -subj /CN=127.0.0.1"
-        ));
-        run(
-            "x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem \
-             -days 2 -extfile san.cnf",
-        );
-        let key = root.join("server.key");
-        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).expect("key mode");
+        super::certs::make_in(root);
         if let Some(user) = &self.owner {
-            for file in ["server.key", "server.pem"] {
+            for file in ["server.key", "server.crt"] {
                 nix::unistd::chown(&root.join(file), Some(user.uid), Some(user.gid))
                     .expect("chown certificate");
             }
@@ -153,7 +126,7 @@ impl PgServer {
 
     /// The PEM file of the authority that signed the server's certificate.
     pub fn ca_file(&self) -> PathBuf {
-        self.dir.path().join("ca.pem")
+        self.dir.path().join("ca.crt")
     }
 
     /// Spawns the server on `self.port` and waits until it accepts connections; false if it
@@ -182,7 +155,7 @@ impl PgServer {
                 .arg("-c")
                 .arg(format!(
                     "ssl_cert_file={}",
-                    root.join("server.pem").display()
+                    root.join("server.crt").display()
                 ))
                 .arg("-c")
                 .arg(format!(
@@ -228,10 +201,6 @@ impl PgServer {
         cmd
     }
 
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
     /// `postgres://postgres@127.0.0.1:PORT/postgres` (with the password, if any).
     pub fn url(&self) -> String {
         self.url_on(self.port)
@@ -247,12 +216,12 @@ impl PgServer {
         }
     }
 
-    pub fn pid(&self) -> i32 {
+    fn pid(&self) -> i32 {
         self.child.as_ref().expect("server running").id() as i32
     }
 
     /// Kills the server and every backend (SIGKILL: no shutdown, crash recovery on restart).
-    pub fn kill(&mut self) {
+    fn kill_all(&mut self) {
         if let Some(mut child) = self.child.take() {
             let postmaster = child.id() as i32;
             let processes = server_processes(postmaster);
@@ -269,28 +238,14 @@ impl PgServer {
     }
 
     /// Starts the server again on the same port with the same data.
-    pub fn restart(&mut self) {
-        self.kill();
+    fn relaunch(&mut self) {
+        self.kill_all();
         assert!(
             self.launch(),
             "postgres did not restart on port {}; log:\n{}",
             self.port,
             std::fs::read_to_string(self.dir.path().join("postgres.log")).unwrap_or_default()
         );
-    }
-
-    /// Freezes the server and its backends (SIGSTOP): connections stay open, nothing answers.
-    /// (Backends lead process groups of their own, so each is signalled.)
-    pub fn pause(&self) {
-        for pid in server_processes(self.pid()) {
-            kill(Pid::from_raw(pid), Signal::SIGSTOP).expect("SIGSTOP postgres");
-        }
-    }
-
-    pub fn resume(&self) {
-        for pid in server_processes(self.pid()).into_iter().rev() {
-            let _ = kill(Pid::from_raw(pid), Signal::SIGCONT);
-        }
     }
 
     /// Runs one SQL text through `psql` (unaligned, tuples only) as the superuser.
@@ -316,16 +271,62 @@ impl PgServer {
         );
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     }
+}
 
-    /// The directory holding `psql` and the other client programs.
-    pub fn bin(&self) -> &Path {
-        &self.bin
+impl Fixture for PgServer {
+    fn start() -> Self {
+        PgServer::start()
+    }
+
+    fn with_password(password: &str) -> Option<Self> {
+        Some(Self::start_with(Some(password.to_owned()), false))
+    }
+
+    fn url(&self) -> String {
+        self.url_on(self.port)
+    }
+
+    fn url_at(authority: &str) -> String {
+        format!("postgres://{authority}/postgres")
+    }
+
+    fn proxied(&self) -> Option<(Proxy, String)> {
+        Some(Proxy::in_front_of(self.port, |port| self.url_on(port)))
+    }
+
+    fn kill(&mut self) {
+        self.kill_all();
+    }
+
+    /// Freezes the server and its backends (SIGSTOP): connections stay open, nothing answers.
+    /// (Backends lead process groups of their own, so each is signalled.)
+    fn pause(&self) {
+        for pid in server_processes(self.pid()) {
+            kill(Pid::from_raw(pid), Signal::SIGSTOP).expect("SIGSTOP postgres");
+        }
+    }
+
+    fn resume(&self) {
+        for pid in server_processes(self.pid()).into_iter().rev() {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGCONT);
+        }
+    }
+
+    fn restart(&mut self, _wipe: bool) {
+        self.relaunch();
+    }
+
+    fn counter(&self, name: &str) -> Counter {
+        let token = self.sql(&format!(
+            "SELECT token FROM lockrun.names WHERE name = '{name}'"
+        ));
+        Counter::Exact(token.parse().expect("the stored token is a number"))
     }
 }
 
 impl Drop for PgServer {
     fn drop(&mut self) {
-        self.kill();
+        self.kill_all();
     }
 }
 
@@ -378,22 +379,4 @@ fn server_user() -> Option<User> {
         .into_iter()
         .find_map(|name| User::from_name(name).ok().flatten())
         .or_else(|| panic!("running as root, but there is no postgres or nobody user"))
-}
-
-/// A loopback port that nothing listens on right now.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("probe a free port")
-        .port()
-}
-
-impl super::world::Server for PgServer {
-    fn start() -> Self {
-        PgServer::start()
-    }
-
-    fn url(&self) -> String {
-        PgServer::url(self)
-    }
 }

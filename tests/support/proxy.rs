@@ -31,6 +31,12 @@
 //!   the ones sent just before it.
 //!
 //! [`Proxy::heal`] switches every fault off (deaf connections stay deaf: their clients drop them).
+//!
+//! The proxy also tells what went through it: how many connections it accepted
+//! ([`Proxy::accepted`]), and [`Proxy::confirmed`], the moment it read the latest request that a
+//! reply then followed on the same connection. A client's lease is confirmed by a request it sent
+//! no later than that moment, so tests bound a holder's stop point from there: it is the last
+//! confirmed renewal as the server side saw it, whatever the protocol.
 //! Threads stop, and connections close, when the proxy is dropped.
 
 use std::collections::VecDeque;
@@ -101,6 +107,10 @@ struct Shared {
     connections: Mutex<Vec<Weak<Connection>>>,
     /// Chunks read but not yet forwarded or swallowed.
     queued: AtomicUsize,
+    /// Connections accepted so far.
+    accepted: AtomicUsize,
+    /// When the latest request that a reply then followed was read.
+    confirmed: Mutex<Option<Instant>>,
 }
 
 /// One proxied connection; its sockets close (with RST after a reset) when both pumps let go.
@@ -112,6 +122,8 @@ struct Connection {
     deaf: AtomicBool,
     /// Reset: the pumps stop at once.
     dead: AtomicBool,
+    /// When the latest request on this connection was read from the client.
+    last_request: Mutex<Option<Instant>>,
 }
 
 impl Proxy {
@@ -130,10 +142,19 @@ impl Proxy {
             rules: Mutex::new(Vec::new()),
             connections: Mutex::new(Vec::new()),
             queued: AtomicUsize::new(0),
+            accepted: AtomicUsize::new(0),
+            confirmed: Mutex::new(None),
         });
         let accepting = Arc::clone(&shared);
         thread::spawn(move || accept_loop(listener, upstream, accepting));
         Proxy { port, shared }
+    }
+
+    /// A proxy to `127.0.0.1:upstream`, and the backend URL that `url_on` makes for its port.
+    pub fn in_front_of(upstream: u16, url_on: impl FnOnce(u16) -> String) -> (Self, String) {
+        let proxy = Proxy::start(upstream);
+        let url = url_on(proxy.port);
+        (proxy, url)
     }
 
     pub fn port(&self) -> u16 {
@@ -177,11 +198,6 @@ impl Proxy {
         self.arm(pattern, true, Duration::ZERO)
     }
 
-    /// [`Proxy::lose_reply_to`] the next request, whatever it is.
-    pub fn lose_next_reply(&self) -> Trigger {
-        self.arm(b"", true, Duration::ZERO)
-    }
-
     /// Fires when the first request that contains `pattern` goes through; changes nothing.
     pub fn observe(&self, pattern: &[u8]) -> Trigger {
         self.arm(pattern, false, Duration::ZERO)
@@ -220,6 +236,30 @@ impl Proxy {
     /// How many connections are open through the proxy.
     pub fn connections(&self) -> usize {
         self.shared.live().len()
+    }
+
+    /// How many connections the proxy has accepted since it started.
+    pub fn accepted(&self) -> usize {
+        self.shared.accepted.load(Ordering::SeqCst)
+    }
+
+    /// When the proxy read the latest request that a reply then followed on its connection (see
+    /// the module's documentation); `None` if no reply ever went through.
+    pub fn confirmed(&self) -> Option<Instant> {
+        *lock(&self.shared.confirmed)
+    }
+
+    /// Waits up to `timeout` for a reply to a request read after `after`; returns when that
+    /// request was read.
+    pub fn wait_confirmed_after(&self, after: Instant, timeout: Duration) -> Option<Instant> {
+        let start = Instant::now();
+        loop {
+            match self.confirmed() {
+                Some(at) if at > after => return Some(at),
+                _ if start.elapsed() > timeout => return None,
+                _ => thread::sleep(Duration::from_millis(2)),
+            }
+        }
     }
 
     /// Waits until no delayed chunk is left to forward; false if `timeout` passed first.
@@ -392,8 +432,10 @@ fn accept_loop(listener: TcpListener, upstream: u16, shared: Arc<Shared>) {
             server,
             deaf: AtomicBool::new(false),
             dead: AtomicBool::new(false),
+            last_request: Mutex::new(None),
         });
         lock(&shared.connections).push(Arc::downgrade(&connection));
+        shared.accepted.fetch_add(1, Ordering::SeqCst);
         if connection.server.is_none() {
             let (connection, shared) = (Arc::clone(&connection), Arc::clone(&shared));
             thread::spawn(move || hold_silent(&connection, &shared));
@@ -432,7 +474,8 @@ fn pump(connection: &Connection, direction: Direction, shared: &Shared) {
         Direction::ToClient => (server, &connection.client),
     };
     let _ = to.set_write_timeout(Some(POLL));
-    let mut queue: VecDeque<(Instant, Vec<u8>)> = VecDeque::new();
+    // Each chunk with when it is due and, for a reply, the latest request read before it.
+    let mut queue: VecDeque<(Instant, Vec<u8>, Option<Instant>)> = VecDeque::new();
     let mut tail: Vec<u8> = Vec::new();
     let mut closed = false;
     let mut buf = vec![0u8; 64 * 1024];
@@ -447,9 +490,9 @@ fn pump(connection: &Connection, direction: Direction, shared: &Shared) {
             continue;
         }
         let now = Instant::now();
-        while queue.front().is_some_and(|(due, _)| *due <= now) {
-            let (_, chunk) = queue.pop_front().expect("a chunk is due");
-            let sent = swallowed() || write_all(to, &chunk, connection, shared);
+        while queue.front().is_some_and(|(due, _, _)| *due <= now) {
+            let (_, chunk, answers) = queue.pop_front().expect("a chunk is due");
+            let sent = swallowed() || forward(to, &chunk, answers, connection, shared);
             shared.queued.fetch_sub(1, Ordering::SeqCst);
             if !sent {
                 break 'forwarding;
@@ -457,7 +500,7 @@ fn pump(connection: &Connection, direction: Direction, shared: &Shared) {
         }
         let next_due = queue
             .front()
-            .map(|(due, _)| due.saturating_duration_since(now));
+            .map(|(due, _, _)| due.saturating_duration_since(now));
         let wait = next_due
             .unwrap_or(POLL)
             .clamp(Duration::from_millis(1), POLL);
@@ -477,6 +520,14 @@ fn pump(connection: &Connection, direction: Direction, shared: &Shared) {
             Ok(0) => closed = true,
             Ok(n) => {
                 let chunk = &buf[..n];
+                // For a request: when it was read; for a reply: the request it may answer.
+                let answers = match direction {
+                    Direction::ToServer => {
+                        *lock(&connection.last_request) = Some(Instant::now());
+                        None
+                    }
+                    Direction::ToClient => *lock(&connection.last_request),
+                };
                 let mut parts = [(chunk, Duration::ZERO), (&chunk[n..], Duration::ZERO)];
                 if direction == Direction::ToServer {
                     if let Some((at, hold)) = shared.inspect(connection, &tail, chunk) {
@@ -494,12 +545,12 @@ fn pump(connection: &Connection, direction: Direction, shared: &Shared) {
                     }
                     // A chunk read as the blackhole began waits in the queue until it ends.
                     if (delay + hold).is_zero() && queue.is_empty() && !blackholed() {
-                        if !swallowed() && !write_all(to, part, connection, shared) {
+                        if !swallowed() && !forward(to, part, answers, connection, shared) {
                             break 'forwarding;
                         }
                     } else {
                         shared.queued.fetch_add(1, Ordering::SeqCst);
-                        queue.push_back((Instant::now() + delay + hold, part.to_vec()));
+                        queue.push_back((Instant::now() + delay + hold, part.to_vec(), answers));
                     }
                 }
             }
@@ -513,6 +564,23 @@ fn pump(connection: &Connection, direction: Direction, shared: &Shared) {
         }
     }
     shared.queued.fetch_sub(queue.len(), Ordering::SeqCst);
+}
+
+/// Forwards a chunk; once a reply (one that follows request `answers`) is delivered, that request
+/// counts as confirmed.
+fn forward(
+    to: &TcpStream,
+    bytes: &[u8],
+    answers: Option<Instant>,
+    connection: &Connection,
+    shared: &Shared,
+) -> bool {
+    let sent = write_all(to, bytes, connection, shared);
+    if sent && let Some(request) = answers {
+        let mut confirmed = lock(&shared.confirmed);
+        *confirmed = (*confirmed).max(Some(request));
+    }
+    sent
 }
 
 /// Writes all of `bytes`, giving up if the connection is reset or the proxy stops.

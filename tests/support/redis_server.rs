@@ -1,10 +1,11 @@
-//! A private `redis-server` per test: on a free loopback port, in a temporary directory, with
-//! persistence off (so a restart comes back empty), ready when it answers PING (polled, never a
-//! fixed sleep), killed on drop. It can be restarted on the same port, and paused with SIGSTOP.
-//! A TLS variant serves `rediss://` with a certificate from a throw-away CA made with `openssl`.
+//! A private `redis-server` per test (never one that happens to run on the machine): on a free
+//! loopback port, in a temporary directory, without periodic saves, ready when it answers PING
+//! (polled), killed on drop. It can be killed, paused with SIGSTOP, and restarted on the same
+//! port with its keys (saved just before the crash) or without any. A TLS variant serves
+//! `rediss://` with throw-away certificates.
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
@@ -12,7 +13,9 @@ use std::time::Duration;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use crate::common::wait_until;
+use super::fixture::{Counter, Fixture, free_port};
+use super::proxy::Proxy;
+use super::wait::{text, wait_until};
 
 /// A running `redis-server` owned by one test.
 pub struct RedisServer {
@@ -30,12 +33,7 @@ impl RedisServer {
         Self::start_with(None, None)
     }
 
-    /// Starts a server that requires `password`.
-    pub fn with_password(password: &str) -> Self {
-        Self::start_with(Some(password.to_owned()), None)
-    }
-
-    /// Starts a TLS-only server with the certificates in `certs` (see [`make_certificates`]).
+    /// Starts a TLS-only server with the certificates in `certs` (see `support::certs`).
     pub fn with_tls(certs: &Path) -> Self {
         Self::start_with(None, Some(certs.to_owned()))
     }
@@ -72,6 +70,7 @@ impl RedisServer {
                 .arg(certs.join("ca.crt"))
                 .args(["--tls-auth-clients", "no"]),
         };
+        // No periodic saves; a dump.rdb left in the directory (see `restart`) is loaded.
         cmd.args(["--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
             .arg("--dir")
@@ -109,43 +108,16 @@ impl RedisServer {
         self.port
     }
 
-    /// `redis://127.0.0.1:PORT` (with the password, if any).
-    pub fn url(&self) -> String {
+    /// The URL for a client connecting on `port` (the server's own, or a proxy's).
+    fn url_on(&self, port: u16) -> String {
         match &self.password {
-            Some(password) => format!("redis://:{password}@127.0.0.1:{}", self.port),
-            None => format!("redis://127.0.0.1:{}", self.port),
+            Some(password) => format!("redis://:{password}@127.0.0.1:{port}"),
+            None => format!("redis://127.0.0.1:{port}"),
         }
     }
 
-    pub fn pid(&self) -> i32 {
-        self.child.as_ref().expect("server running").id() as i32
-    }
-
-    /// Kills the server (SIGKILL: no chance to save anything).
-    pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    /// Kills the server and starts an empty one on the same port.
-    pub fn restart_empty(&mut self) {
-        self.kill();
-        assert!(
-            self.launch(),
-            "redis-server did not restart on port {}",
-            self.port
-        );
-    }
-
-    /// Freezes the server (SIGSTOP): it keeps its connections but answers nothing.
-    pub fn pause(&self) {
-        kill(Pid::from_raw(self.pid()), Signal::SIGSTOP).expect("SIGSTOP redis-server");
-    }
-
-    pub fn resume(&self) {
-        kill(Pid::from_raw(self.pid()), Signal::SIGCONT).expect("SIGCONT redis-server");
+    fn pid(&self) -> Pid {
+        Pid::from_raw(self.child.as_ref().expect("server running").id() as i32)
     }
 
     /// Runs `redis-cli` against this server.
@@ -158,87 +130,89 @@ impl RedisServer {
         cmd.args(args).output().expect("run redis-cli")
     }
 
-    pub fn dir(&self) -> &Path {
-        self.dir.path()
+    /// `redis-cli`'s answer to `args`, trimmed; fails the test if it did not answer.
+    pub fn ask(&self, args: &[&str]) -> String {
+        let out = self.cli(args);
+        assert!(
+            out.status.success(),
+            "redis-cli {args:?}: {}",
+            text(&out.stderr)
+        );
+        text(&out.stdout).trim().to_owned()
+    }
+}
+
+impl Fixture for RedisServer {
+    fn start() -> Self {
+        RedisServer::start()
+    }
+
+    fn with_password(password: &str) -> Option<Self> {
+        Some(Self::start_with(Some(password.to_owned()), None))
+    }
+
+    fn url(&self) -> String {
+        self.url_on(self.port)
+    }
+
+    fn url_at(authority: &str) -> String {
+        format!("redis://{authority}")
+    }
+
+    fn proxied(&self) -> Option<(Proxy, String)> {
+        Some(Proxy::in_front_of(self.port, |port| self.url_on(port)))
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // A paused server ignores everything but SIGKILL; continue it anyway.
+            let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGCONT);
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn pause(&self) {
+        kill(self.pid(), Signal::SIGSTOP).expect("SIGSTOP redis-server");
+    }
+
+    fn resume(&self) {
+        kill(self.pid(), Signal::SIGCONT).expect("SIGCONT redis-server");
+    }
+
+    /// Keeping the keys: saved to `dump.rdb` just before the crash, loaded at the start.
+    fn restart(&mut self, wipe: bool) {
+        let dump = self.dir.path().join("dump.rdb");
+        if wipe {
+            let _ = std::fs::remove_file(&dump);
+        } else {
+            assert_eq!(self.ask(&["SAVE"]), "OK");
+        }
+        self.kill();
+        assert!(
+            self.launch(),
+            "redis-server did not restart on port {}",
+            self.port
+        );
+        let keys = self.ask(&["DBSIZE"]);
+        assert_eq!(
+            keys == "0",
+            wipe,
+            "after a restart (wipe: {wipe}): {keys} keys"
+        );
+    }
+
+    fn counter(&self, name: &str) -> Counter {
+        let token = self.ask(&["HGET", &format!("lockrun:{{{name}}}:meta"), "token"]);
+        // Stored as an exact integer, never in floating-point notation.
+        Counter::Exact(token.parse().expect("the stored token is an integer"))
     }
 }
 
 impl Drop for RedisServer {
     fn drop(&mut self) {
-        if let Some(child) = &self.child {
-            // A paused server ignores SIGTERM; SIGKILL works regardless.
-            let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGCONT);
-        }
         self.kill();
     }
-}
-
-/// Makes a throw-away CA and a server certificate for `localhost` and `127.0.0.1` in `dir`
-/// (`ca.crt`, `server.crt`, `server.key`); false if `openssl` is missing or fails.
-pub fn make_certificates(dir: &Path) -> bool {
-    let openssl = |args: &[&str]| {
-        Command::new("openssl")
-            .args(args)
-            .current_dir(dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    let _ = std::fs::write(
-        dir.join("san.cnf"),
-        "subjectAltName=DNS:localhost,IP:127.0.0.1\n",
-    );
-    openssl(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.crt",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=lockrun test CA",
-    ]) && openssl(&[
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "server.key",
-        "-out",
-        "server.csr",
-        "-subj",
-        "/CN=localhost",
-    ]) && openssl(&[
-        "x509",
-        "-req",
-        "-in",
-        "server.csr",
-        "-CA",
-        "ca.crt",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-out",
-        "server.crt",
-        "-days",
-        "2",
-        "-extfile",
-        "san.cnf",
-    ])
-}
-
-/// A loopback port that nothing listens on right now.
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("probe a free port")
-        .port()
 }
 
 /// Whether something on `port` answers a RESP PING (an auth error counts: the server is up).
@@ -252,14 +226,4 @@ fn answers_ping(port: u16) -> bool {
     }
     let mut reply = [0u8; 64];
     matches!(stream.read(&mut reply), Ok(n) if n > 0 && (reply[0] == b'+' || reply[0] == b'-') && !reply[..n].starts_with(b"-LOADING"))
-}
-
-impl super::world::Server for RedisServer {
-    fn start() -> Self {
-        RedisServer::start()
-    }
-
-    fn url(&self) -> String {
-        RedisServer::url(self)
-    }
 }

@@ -1,0 +1,59 @@
+//! The conformance suite: the contract's scenarios, each written once (in the modules below) and
+//! run on every backend by [`conformance!`], so that each shows as its own test,
+//! `conformance::BACKEND::SCENARIO`. A backend without a capability the scenario exercises
+//! (leases that expire, forced release, FIFO, a server) asserts its documented alternative instead
+//! of skipping. Adding a backend is one [`Fixture`](crate::support::fixture::Fixture) and one
+//! `conformance!` line at the end of this file.
+
+mod exclusion;
+mod failures;
+mod inspection;
+mod waiting;
+
+/// `conformance!(module, Fixture)`: one `#[test]` per scenario, on that fixture.
+macro_rules! conformance {
+    ($backend:ident, $fixture:ty) => {
+        conformance!(@suite $backend, $fixture,
+            exclusion::contention_loses_no_update,
+            exclusion::tokens_strictly_rise_and_reach_the_child,
+            exclusion::limit_three_admits_exactly_three,
+            exclusion::tokens_rise_across_restarts,
+            waiting::busy_exits_75_or_the_chosen_code,
+            waiting::wait_runs_out_with_75_and_leaves_no_waiter,
+            waiting::waiters_are_served_in_arrival_order,
+            waiting::a_release_wakes_the_next_waiter,
+            waiting::a_dead_waiter_does_not_block_the_line,
+            waiting::a_waiter_that_gives_up_leaves_the_line_at_once,
+            waiting::a_frozen_waiters_place_expires_and_is_never_used,
+            failures::a_crashed_holder_frees_the_lock_within_a_ttl,
+            failures::server_killed_stops_the_holder_before_expiry,
+            failures::server_paused_stops_the_holder_before_expiry,
+            failures::silent_network_stops_the_holder_before_expiry,
+            failures::a_brief_outage_is_ridden_through,
+            failures::a_frozen_holder_is_overtaken_and_stopped_when_it_wakes,
+            failures::forced_release_stops_every_holder_at_once,
+            inspection::status_and_list_show_the_contract_shape,
+            inspection::passwords_never_leak,
+            inspection::unreachable_backend_exits_69_naming_it,
+            inspection::silent_server_at_startup_exits_69,
+            inspection::malformed_urls_exit_64_without_the_password,
+            inspection::the_drill_passes,
+        );
+    };
+    (@suite $backend:ident, $fixture:ty, $($module:ident::$scenario:ident),* $(,)?) => {
+        mod $backend {
+            $(
+                #[test]
+                fn $scenario() {
+                    super::$module::$scenario::<$fixture>();
+                }
+            )*
+        }
+    };
+}
+
+conformance!(file, crate::support::file_dir::FileDir);
+conformance!(redis, crate::support::redis_server::RedisServer);
+conformance!(etcd, crate::support::etcd_cluster::Etcd<1>);
+conformance!(etcd_cluster, crate::support::etcd_cluster::Etcd<3>);
+conformance!(postgres, crate::support::postgres_server::PgServer);

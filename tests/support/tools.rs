@@ -1,0 +1,61 @@
+//! What some tests need from the machine besides the servers: root, `openssl`, libfaketime. A test
+//! whose prerequisite is missing fails and says what to install, since in CI a skipped test must
+//! not pass; only with `LOCKRUN_TESTS_MAY_SKIP=1` in the environment (a developer's machine;
+//! `.ci/run` never sets it) does it say so on stderr and pass without running.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+/// The opt-out: with it set, a missing prerequisite skips the test instead of failing it.
+pub const MAY_SKIP: &str = "LOCKRUN_TESTS_MAY_SKIP";
+
+/// Whether the test can go on: true when `present`; otherwise fails the test naming `what`, or,
+/// with the opt-out, reports the skip and returns false.
+pub fn prerequisite(present: bool, what: &str) -> bool {
+    if present {
+        return true;
+    }
+    if std::env::var_os(MAY_SKIP).is_some_and(|v| v == "1") {
+        eprintln!("SKIPPED ({MAY_SKIP}=1): this test needs {what}");
+        return false;
+    }
+    panic!("this test needs {what} (or set {MAY_SKIP}=1 to skip such tests outside CI)");
+}
+
+/// Running as root (to act as another user, or chown files to one).
+pub fn root() -> bool {
+    prerequisite(
+        nix::unistd::geteuid().is_root(),
+        "to run as root (it acts as another user)",
+    )
+}
+
+/// A working `openssl` command, to make test certificates.
+pub fn openssl() -> bool {
+    let works = Command::new("openssl")
+        .arg("version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    prerequisite(works, "the openssl command (apt-get install openssl)")
+}
+
+/// libfaketime's preload library (Debian's `libfaketime`, pulled in by `faketime`), wherever the
+/// architecture puts it.
+pub fn libfaketime() -> Option<PathBuf> {
+    let found = ["/usr/lib", "/usr/lib64", "/usr/local/lib"]
+        .into_iter()
+        .flat_map(|root| {
+            let arch_dirs = std::fs::read_dir(root)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|entry| entry.path());
+            std::iter::once(PathBuf::from(root)).chain(arch_dirs)
+        })
+        .map(|dir| dir.join("faketime/libfaketime.so.1"))
+        .find(|library| library.exists());
+    prerequisite(found.is_some(), "libfaketime (apt-get install faketime)");
+    found
+}
