@@ -208,8 +208,13 @@ async fn busy(backend: &dyn Backend, config: &RunConfig) -> Error {
     };
     let holder = match tokio::time::timeout(BUSY_DETAIL_TIMEOUT, backend.status(&config.name)).await
     {
-        Ok(Ok(status)) => progress::holders(&status)
-            .map(|h| format!(" (held by {h})"))
+        Ok(Ok(status)) => status
+            .holders
+            .first()
+            .map(|h| match (h.token, h.host.is_empty()) {
+                (0, true) => format!(" (held by pid {}: not a lockrun, no token)", h.pid),
+                _ => format!(" (held by pid {} on {}, token {})", h.pid, h.host, h.token),
+            })
             .unwrap_or_default(),
         _ => String::new(),
     };

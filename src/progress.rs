@@ -52,7 +52,7 @@ fn line(status: &LockStatus, request: &AcquireRequest) -> String {
 }
 
 /// The holders of a status in a few words, `None` when nobody holds it.
-pub fn holders(status: &LockStatus) -> Option<String> {
+fn holders(status: &LockStatus) -> Option<String> {
     let first = status.holders.first()?;
     let mut text = holder(first);
     match status.holders.len() {

@@ -1,6 +1,8 @@
 //! Bad input through the real binary: every usage error exits 64 with one lowercase line naming
 //! the problem, and runs nothing.
 
+use std::os::unix::fs::PermissionsExt;
+
 use crate::support::asserts::{assert_hidden, assert_one_line, assert_said};
 use crate::support::lockrun::{lockrun, output};
 use crate::support::scene::Scene;
@@ -30,7 +32,6 @@ const BAD_OPTIONS: &[(&[&str], &str)] = &[
     (&["--busy-exit-code", "256"], "--busy-exit-code"),
     (&["--token-env", "9LIVES"], "--token-env"),
     (&["--token-env", "A=B"], "--token-env"),
-    (&["--note", "two\nlines"], "--note"),
     (&["--backend", "ftp://host/x"], "scheme"),
     (&["--backend", "file://relative/dir"], "absolute"),
     (&["--backend", "etcd://host"], "host:port"),
@@ -174,8 +175,21 @@ fn the_backend_url_can_come_from_a_file() {
         "the same state directory as --backend"
     );
 
-    // A password kept in the file shows nowhere, even when the backend is unreachable.
+    // A password in a file anyone may read is refused, as ssh refuses such a key.
     std::fs::write(&file, "redis://:hunter2@127.0.0.1:1\n").unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = output(
+        lockrun()
+            .arg("--backend-file")
+            .arg(&file)
+            .args(["--name", "f", "--", "true"]),
+    );
+    assert_eq!(code(&out), 64, "{}", text(&out.stderr));
+    assert_said(&out, "chmod 600");
+    assert_hidden(&text(&out.stderr), &["hunter2"]);
+
+    // A password kept in a private file shows nowhere, even when the backend is unreachable.
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
     let out = output(
         lockrun()
             .env("LOCKRUN_BACKEND_FILE", &file)
@@ -230,4 +244,115 @@ fn the_command_line_overrides_the_environment_for_exclusive_options() {
             .env("LOCKRUN_NO_WAIT", "maybe"),
     );
     assert_eq!(code(&out), 64, "{}", text(&out.stderr));
+}
+
+/// Guards against a note that stops a deploy: too long is cut with a warning, tabs are kept, a
+/// newline becomes a space; never refused.
+#[test]
+fn notes_are_made_to_fit_never_refused() {
+    let env = Scene::file();
+    let long = "x".repeat(2000);
+    let mut holder = env.hold("n", "h", &["--note", &format!("a\tb\nc {long}")]);
+    let status = env.wait_held("n", 1);
+    let note = status["holders"][0]["note"].as_str().unwrap().to_owned();
+    assert!(note.starts_with("a\tb c x"), "{note:?}");
+    assert_eq!(note.len(), 1024, "{note:?}");
+    let out = holder.finish();
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    assert_said(&out, "cut to the first 1024");
+}
+
+/// Guards against a crontab's `LOCKRUN_X=` (set but empty) breaking every job: an empty variable
+/// counts as unset, for every option.
+#[test]
+fn empty_environment_variables_count_as_unset() {
+    let env = Scene::file();
+    let out = output(
+        env.cmd(["--name", "e", "--", "true"])
+            .env("LOCKRUN_NO_WAIT", "")
+            .env("LOCKRUN_WAIT", "")
+            .env("LOCKRUN_TTL", "")
+            .env("LOCKRUN_SHARED", "")
+            .env("LOCKRUN_NOTE", ""),
+    );
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+}
+
+/// Guards against usage errors that point the wrong way (issue 18 item 4).
+#[test]
+fn usage_errors_point_at_what_was_meant() {
+    let env = Scene::file();
+    for (args, needle) in [
+        (&["--", "echo", "hi"][..], "missing --name"),
+        (&[][..], "missing --name"),
+        (
+            &["billing", "--", "true"][..],
+            "did you mean --name billing",
+        ),
+        (&["--nmae", "x", "--", "true"][..], "did you mean --name"),
+        (&["status"][..], "lockrun status --help"),
+        (
+            &["--name", "x", "--shared", "--limit", "2", "--", "true"][..],
+            "--shared",
+        ),
+        (
+            &["--name", "x", "--token-env", "LOCKRUN_TTL_MS", "--", "true"][..],
+            "LOCKRUN_",
+        ),
+        (
+            &["--name", "x", "--renew", "1ns", "--", "true"][..],
+            "at least 10ms",
+        ),
+        (
+            &["--name", "x", "--ttl", "10ms", "--", "true"][..],
+            "invalid --ttl 10ms",
+        ),
+    ] {
+        let out = env.run(args);
+        assert_eq!(code(&out), 64, "{args:?}: {}", text(&out.stderr));
+        assert_eq!(
+            text(&out.stderr).lines().count(),
+            1,
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+        assert_said(&out, needle);
+    }
+}
+
+/// Guards against flock habits that do not carry over: `-n`, `-w SECONDS`, `-E CODE`, `-s`.
+#[test]
+fn flock_short_options_mean_what_they_mean_to_flock() {
+    let env = Scene::file();
+    let _holder = env.hold("f", "h", &[]);
+    let out = env.run(["-n", "-E", "9", "--name", "f", "--", "true"]);
+    assert_eq!(code(&out), 9, "{}", text(&out.stderr));
+    let started = std::time::Instant::now();
+    let out = env.run(["-w", "0.3", "--name", "f", "--", "true"]);
+    assert_eq!(code(&out), 75, "{}", text(&out.stderr));
+    assert!(started.elapsed() >= std::time::Duration::from_millis(300));
+    let out = env.run(["-s", "-n", "--name", "other", "--", "true"]);
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+}
+
+/// Guards against `status` that scripts cannot ask: with -q it prints nothing and exits 0 when
+/// NAME is held, 1 when free.
+#[test]
+fn status_quiet_answers_in_its_exit_status() {
+    let env = Scene::file();
+    let out = env.run(["status", "q", "-q"]);
+    assert_eq!(
+        (code(&out), out.stdout.len()),
+        (1, 0),
+        "{}",
+        text(&out.stderr)
+    );
+    let _holder = env.hold("q", "h", &[]);
+    let out = env.run(["status", "q", "-q"]);
+    assert_eq!(
+        (code(&out), out.stdout.len()),
+        (0, 0),
+        "{}",
+        text(&out.stderr)
+    );
 }

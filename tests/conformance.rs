@@ -8,6 +8,8 @@
 mod exclusion;
 mod failures;
 mod inspection;
+mod modes;
+mod runs;
 mod waiting;
 
 /// `conformance!(module, Fixture)`: one `#[test]` per scenario, on that fixture.
@@ -38,6 +40,15 @@ macro_rules! conformance {
             inspection::silent_server_at_startup_exits_69,
             inspection::malformed_urls_exit_64_without_the_password,
             inspection::the_drill_passes,
+            modes::readers_share_and_writers_run_alone,
+            modes::a_waiting_writer_goes_before_later_readers,
+            modes::status_shows_modes_and_a_crashed_reader_frees_its_share,
+            modes::supersede_runs_only_the_newest_waiter,
+            modes::min_interval_runs_once_per_period,
+            runs::timeout_stops_the_command_with_124_and_frees_the_lock,
+            runs::progress_names_the_holder_and_the_place_in_line,
+            runs::the_ci_jobs_url_is_the_note,
+            runs::nothing_outlives_a_killed_lockrun,
         );
     };
     (@suite $backend:ident, $fixture:ty, $($module:ident::$scenario:ident),* $(,)?) => {

@@ -81,7 +81,11 @@ impl Wire for RedisServer {
 
 const ACQUIRE_LUA: &str = include_str!("../src/backend/redis/lua/acquire.lua");
 const RENEW_LUA: &str = include_str!("../src/backend/redis/lua/renew.lua");
-const RELEASE_LUA: &str = include_str!("../src/backend/redis/lua/release.lua");
+/// The release script as sent: the shared waking helper, then the release itself.
+const RELEASE_LUA: &str = concat!(
+    include_str!("../src/backend/redis/lua/wake.lua"),
+    include_str!("../src/backend/redis/lua/release.lua")
+);
 
 /// Loads `script` into the server's cache (so lockrun's `EVALSHA` is answered, not refused with
 /// `NOSCRIPT`) and returns its SHA-1, which every invocation carries.

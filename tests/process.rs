@@ -38,6 +38,9 @@ fn a_missing_command_exits_127_and_a_non_executable_one_126() {
     let env = Scene::file();
     let out = env.run(["--name", "x", "--", "/no/such/program"]);
     assert_eq!(code(&out), 127, "{}", text(&out.stderr));
+    assert_said(&out, "no such file");
+    let out = env.run(["--name", "x", "--", "no-such-program-anywhere"]);
+    assert_eq!(code(&out), 127, "{}", text(&out.stderr));
     assert_said(&out, "not found");
 
     let script = env.path("not-executable.sh");
@@ -45,6 +48,8 @@ fn a_missing_command_exits_127_and_a_non_executable_one_126() {
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).unwrap();
     let out = env.run(["--name", "x", "--", script.to_str().unwrap()]);
     assert_eq!(code(&out), 126, "{}", text(&out.stderr));
+
+    assert_said(&out, "permission denied");
 
     // Either way the lock was given back.
     assert_eq!(env.status("x")["held"], false);
@@ -339,4 +344,31 @@ fn after_a_normal_exit_background_descendants_keep_running_without_the_lock() {
         0
     );
     kill(Pid::from_raw(daemon), Signal::SIGKILL).unwrap();
+}
+
+/// Guards against start-up failures that blame the wrong thing: a script whose `#!` interpreter
+/// is missing names the interpreter; a shell builtin or a whole command line in one word points
+/// at `sh -c`. Each exits 127 with one line, and the lock is given back.
+#[test]
+fn a_command_that_cannot_start_says_why() {
+    let env = Scene::file();
+    let script = env.path("orphan.sh");
+    std::fs::write(&script, "#!/usr/bin/no-such-interpreter\necho hi\n").unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    for (command, needle) in [
+        (script.to_str().unwrap(), "/usr/bin/no-such-interpreter"),
+        ("cd", "sh -c"),
+        ("echo hi", "sh -c"),
+    ] {
+        let out = env.run(["--name", "x", "--", command]);
+        assert_eq!(code(&out), 127, "{command}: {}", text(&out.stderr));
+        assert_eq!(
+            text(&out.stderr).lines().count(),
+            1,
+            "{}",
+            text(&out.stderr)
+        );
+        assert_said(&out, needle);
+    }
+    assert_eq!(env.status("x")["held"], false);
 }

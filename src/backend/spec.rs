@@ -74,7 +74,13 @@ impl BackendSpec {
             Some("postgres" | "postgresql") => {
                 postgres::Settings::parse(raw).map(|s| BackendSpec::Postgres(Box::new(s)))
             }
-            Some(other) => Err(format!("unknown backend scheme {other:?}: use {SCHEMES}")),
+            Some(other) => {
+                // A scheme of no backend: how it writes credentials is unknown, so nothing after
+                // it shows.
+                return Err(format!(
+                    "invalid backend \"{other}://…\": unknown backend scheme {other:?}: use {SCHEMES}"
+                ));
+            }
             None => Err(
                 "expected a URL such as file:///var/lib/lockrun or redis://host:6379".to_owned(),
             ),
@@ -198,9 +204,9 @@ mod tests {
     #[test]
     fn shown_forms_hide_passwords_and_keep_the_rest() {
         let shown = |raw: &str| BackendSpec::parse(raw).unwrap().shown().to_owned();
-        assert_eq!(shown("redis://u:pw@h:1/0"), "redis://u:***@h:1/0");
+        assert_eq!(shown("redis://u:pw@h:1/0"), "redis://***@h:1/0");
         assert_eq!(shown("redis://pw@h"), "redis://***@h");
-        assert_eq!(shown("etcd://u:p/w@a:1,b:2"), "etcd://u:***@a:1,b:2");
+        assert_eq!(shown("etcd://u:p%2Fw@a:1,b:2"), "etcd://u:***@a:1,b:2");
         assert_eq!(
             shown("postgres://h/db?user=x&password=pw"),
             "postgres://h/db?user=x&password=***"

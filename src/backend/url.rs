@@ -57,6 +57,17 @@ pub struct Url {
     pub query: Vec<(String, String)>,
     shown: String,
     secrets: Vec<String>,
+    /// Query keys written as `key=value` (a bare word is no option name).
+    named_keys: Vec<String>,
+}
+
+/// Whether `key` looks like an option's name.
+fn is_option_name(key: &str) -> bool {
+    !key.is_empty()
+        && key.len() <= 40
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 /// How a scheme reads credentials without a `:`.
@@ -80,6 +91,12 @@ impl Url {
             Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
             None => (None, rest),
         };
+        if let Some(bad) = userinfo.and_then(|info| info.chars().find(|c| "/?#@".contains(*c))) {
+            return Err(format!(
+                "the user or password holds an unencoded {bad:?}: write it as {}",
+                encoded(bad)
+            ));
+        }
         if after.contains('#') {
             return Err("a URL fragment (#…) is not allowed; write # in a value as %23".into());
         }
@@ -141,7 +158,18 @@ impl Url {
             shown_userinfo(userinfo, lone),
             shown_tail(path, query_raw(rest))
         );
+        // Keys an error may name: written `key=value`, and before any secret (what follows a
+        // secret may be the rest of it, after an unencoded `&`).
+        let named_keys = query_raw(rest)
+            .iter()
+            .map_while(|pair| {
+                let (key, _) = pair.split_once('=')?;
+                let key = decode(key);
+                (!is_secret_key(&key)).then_some(key)
+            })
+            .collect();
         Ok(Url {
+            named_keys,
             scheme: scheme.to_owned(),
             user,
             password,
@@ -181,7 +209,11 @@ impl Url {
         {
             None => Ok(()),
             Some((key, _)) => Err(format!(
-                "unknown option {key:?}; {} URLs take {}",
+                "unknown option {}; {} URLs take {}",
+                match self.named_keys.contains(key) && is_option_name(key) {
+                    true => format!("{key:?}"),
+                    false => "(not shown: it may hold part of a password; encode & as %26)".into(),
+                },
                 self.scheme,
                 match known {
                     [] => "no options".to_owned(),
@@ -208,6 +240,8 @@ fn query_raw(rest: &str) -> Vec<&str> {
 fn shown_userinfo(userinfo: Option<&str>, lone: LoneUserinfo) -> String {
     match userinfo {
         None => String::new(),
+        // Where a lone userinfo is a password (redis), any of it may be: none of it shows.
+        Some(_) if lone == LoneUserinfo::Password => "***@".to_owned(),
         Some(info) => match info.split_once(':') {
             Some((user, _)) => format!("{}:***@", shown_user(user)),
             None if lone == LoneUserinfo::Password => "***@".to_owned(),
@@ -229,13 +263,19 @@ fn shown_tail(path: &str, query: Vec<&str>) -> String {
     if query.is_empty() {
         return path.to_owned();
     }
-    let pairs: Vec<String> = query
-        .iter()
-        .map(|pair| match pair.split_once('=') {
-            Some((key, _)) if is_secret_key(&decode(key)) => format!("{key}=***"),
-            _ => (*pair).to_owned(),
-        })
-        .collect();
+    // After a secret's key nothing more is shown: a password with an unencoded `&` runs on into
+    // what look like further options. A bare word (no `=`) is no option either.
+    let mut pairs: Vec<String> = Vec::new();
+    for pair in query {
+        match pair.split_once('=') {
+            Some((key, _)) if is_secret_key(&decode(key)) => {
+                pairs.push(format!("{key}=***"));
+                break;
+            }
+            Some(_) => pairs.push(pair.to_owned()),
+            None => pairs.push("***".to_owned()),
+        }
+    }
     format!("{path}?{}", pairs.join("&"))
 }
 
@@ -282,6 +322,17 @@ pub fn decode(raw: &str) -> String {
     percent_decode_str(raw).decode_utf8_lossy().into_owned()
 }
 
+/// How a reserved character is written inside a URL's credentials.
+fn encoded(c: char) -> &'static str {
+    match c {
+        '/' => "%2F",
+        '?' => "%3F",
+        '#' => "%23",
+        '@' => "%40",
+        _ => "%XX",
+    }
+}
+
 /// Whether `text` can be a URL scheme (RFC 3986: a letter, then letters, digits, `+`, `-`, `.`).
 pub fn is_scheme(text: &str) -> bool {
     text.starts_with(|c: char| c.is_ascii_alphabetic())
@@ -306,12 +357,13 @@ pub fn redact(raw: &str) -> String {
         Some((scheme, rest)) if is_scheme(scheme) => (format!("{scheme}://"), rest),
         _ => (String::new(), raw),
     };
-    if scheme == "file://" && !rest.contains('@') {
-        return raw.to_owned();
+    // Text that does not split as a URL: where a password may be anywhere in it, nothing but the
+    // scheme shows; otherwise what follows the last `@`.
+    if decode(raw).to_ascii_lowercase().contains("password") {
+        return format!("{scheme}…");
     }
     match rest.rsplit_once('@') {
         Some((_, after)) => format!("{scheme}***@{after}"),
-        None if scheme.is_empty() => raw.to_owned(),
         None => format!("{scheme}{rest}"),
     }
 }
@@ -353,24 +405,30 @@ mod tests {
         assert_eq!(url.param("k"), Some(""));
         assert_eq!(
             url.shown(),
-            "etcd://u:***@a:1,[::1]:2,b/x%2Fy?cacert=%2Fca.pem&k"
+            "etcd://u:***@a:1,[::1]:2,b/x%2Fy?cacert=%2Fca.pem&***"
         );
     }
 
     #[test]
-    fn passwords_may_hold_reserved_characters_unencoded() {
+    fn unencoded_delimiters_in_a_password_are_refused_without_showing_it() {
         for raw in [
-            "redis://u:pa/ss@h:1",
-            "redis://u:pa#ss@h:1",
-            "redis://u:pa?ss@h:1",
-            "redis://u:pa@ss@h:1",
-            "redis://u:pa:ss@h:1",
+            "redis://u:Xy/zzy@h:1",
+            "redis://u:Xy#zzy@h:1",
+            "redis://u:Xy?zzy@h:1",
+            "redis://u:Xy@zzy@h:1",
         ] {
-            let url = split(raw);
-            assert_eq!(url.hosts[0].host, "h", "{raw}");
-            assert!(url.password.as_deref().unwrap().starts_with("pa"), "{raw}");
-            assert_eq!(url.shown(), "redis://u:***@h:1", "{raw}");
+            let err = Url::split(raw, LoneUserinfo::User).unwrap_err();
+            assert!(
+                !err.contains("Xy") && !err.contains("zzy") && err.contains('%'),
+                "{raw}: {err}"
+            );
+            assert_eq!(redact(raw), "redis://***@h:1", "{raw}");
         }
+        let url = split("redis://u:pa:ss%2F@h:1");
+        assert_eq!(url.password.as_deref(), Some("pa:ss/"));
+        assert_eq!(url.shown(), "redis://u:***@h:1");
+        let url = Url::split("redis://u:pa:ss%2F@h:1", LoneUserinfo::Password).unwrap();
+        assert_eq!(url.shown(), "redis://***@h:1");
     }
 
     #[test]
@@ -385,10 +443,7 @@ mod tests {
     #[test]
     fn secret_query_values_are_hidden_even_when_their_key_is_encoded() {
         let url = split("postgres://h/db?user=x&pass%77ord=pw&sslpassword=k");
-        assert_eq!(
-            url.shown(),
-            "postgres://h/db?user=x&pass%77ord=***&sslpassword=***"
-        );
+        assert_eq!(url.shown(), "postgres://h/db?user=x&pass%77ord=***");
         assert!(url.secrets().iter().any(|s| s == "pw"));
         assert!(url.secrets().iter().any(|s| s == "k"));
     }
@@ -409,8 +464,8 @@ mod tests {
 
     #[test]
     fn redact_hides_every_shape_of_password() {
-        assert_eq!(redact("redis://u:pw@h:1/0"), "redis://u:***@h:1/0");
-        assert_eq!(redact("redis://:pw@h"), "redis://:***@h");
+        assert_eq!(redact("redis://u:pw@h:1/0"), "redis://***@h:1/0");
+        assert_eq!(redact("redis://:pw@h"), "redis://***@h");
         assert_eq!(redact("redis://pw@h"), "redis://***@h");
         assert_eq!(redact("postgres://app@h/db"), "postgres://app@h/db");
         assert_eq!(redact("postgres://app:pw@h/db"), "postgres://app:***@h/db");
@@ -420,13 +475,18 @@ mod tests {
         assert_eq!(redact("x:pw@h,redis://y"), "***@h,redis://y");
         assert_eq!(redact("redis://u:pw@h:0"), "redis://***@h:0");
         assert_eq!(redact("plain text"), "plain text");
+        assert_eq!(redact("h:1/db?user=u&password=pw&x"), "…");
+        assert_eq!(redact("redis://h/db?password=a@b&c"), "redis://…");
     }
 
     #[test]
-    fn unknown_options_are_named() {
+    fn unknown_options_are_named_unless_they_may_be_a_password() {
         let url = split("etcd://u:hunter2@h:1?tls=1");
         let err = url.only_params(&["cacert", "cert", "key"]).unwrap_err();
         assert!(err.contains("\"tls\"") && err.contains("cacert="), "{err}");
         assert!(!err.contains("hunter2"));
+        let url = split("postgres://h/db?password=Xy&zzy");
+        let err = url.only_params(&["password"]).unwrap_err();
+        assert!(!err.contains("zzy"), "{err}");
     }
 }

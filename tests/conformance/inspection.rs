@@ -33,7 +33,7 @@ pub fn status_and_list_show_the_contract_shape<F: Fixture>() {
     let status = s.wait_held("ci/deploy", 1);
     assert_eq!(
         keys(&status),
-        ["held", "holders", "limit", "name", "waiters"],
+        ["held", "holders", "limit", "name", "queue", "waiters"],
         "{status}"
     );
     assert_eq!(status["name"], "ci/deploy");
@@ -47,6 +47,7 @@ pub fn status_and_list_show_the_contract_shape<F: Fixture>() {
             "acquired_at",
             "expires_in_ms",
             "host",
+            "mode",
             "note",
             "pid",
             "slot",
@@ -55,6 +56,7 @@ pub fn status_and_list_show_the_contract_shape<F: Fixture>() {
         ],
         "{h}"
     );
+    assert_eq!(h["mode"], "exclusive");
     assert_eq!(h["token"], holder.token());
     assert_eq!(h["pid"], holder.process.pid());
     assert_eq!(h["note"], "deploy #42");
@@ -86,17 +88,23 @@ pub fn status_and_list_show_the_contract_shape<F: Fixture>() {
     assert_eq!(s.list(&["c_"]), json!([]));
     assert_eq!(s.list(&["c%"]), json!([]));
 
-    let mut waiter = s.waiter("ci/deploy", &[], "true");
+    let mut waiter = s.waiter("ci/deploy", &["--note", "next"], "true");
+    let status = s.wait_waiters("ci/deploy", 1);
+    assert_eq!(status["holders"][0]["token"], holder.token());
+    let w = &status["queue"][0];
     assert_eq!(
-        s.wait_waiters("ci/deploy", 1)["holders"][0]["token"],
-        holder.token()
+        keys(w),
+        ["host", "mode", "note", "pid", "since", "user"],
+        "{w}"
     );
+    assert_eq!(w["pid"], waiter.pid(), "{w}");
+    assert_eq!(w["note"], "next", "{w}");
     assert_eq!(code(&holder.finish()), 0);
     assert_eq!(code(&waiter.wait(SOON)), 0);
     let status = s.status("ci/deploy");
     assert_eq!(
         status,
-        json!({"name": "ci/deploy", "held": false, "limit": 1, "waiters": 0, "holders": []})
+        json!({"name": "ci/deploy", "held": false, "limit": 1, "waiters": 0, "holders": [], "queue": []})
     );
     assert_eq!(s.list(&[]), json!([]));
     assert!(text(&s.run(["status", "ci/deploy"]).stdout).contains("free"));

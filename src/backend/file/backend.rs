@@ -119,6 +119,16 @@ impl FileBackend {
         cancel: &mut Cancel<'_>,
     ) -> io::Result<Acquired> {
         let line = Line::open(&self.dir, &request.name)?;
+        let mut place = Some(self.join(request, &line)?);
+        let outcome = self.take_turn(request, &line, &mut place, cancel).await;
+        if let Some(place) = place {
+            line.leave(place);
+        }
+        outcome
+    }
+
+    /// Joins `line`; a `--supersede` waiter wakes the older ones, which then give up.
+    fn join(&self, request: &AcquireRequest, line: &Line) -> io::Result<Place> {
         let place = line.join(
             &self.dir,
             &request.name,
@@ -127,23 +137,20 @@ impl FileBackend {
             &request.holder,
         )?;
         if request.supersede {
-            // Older --supersede waiters give up now: wake each to find out.
             for older in line.entries()? {
                 if older.supersede && older.ticket < place.entry.ticket {
                     line.poke(&older);
                 }
             }
         }
-        let outcome = self.take_turn(request, &line, &place, cancel).await;
-        line.leave(place);
-        outcome
+        Ok(place)
     }
 
     async fn take_turn(
         &self,
         request: &AcquireRequest,
         line: &Line,
-        place: &Place,
+        slot: &mut Option<Place>,
         cancel: &mut Cancel<'_>,
     ) -> io::Result<Acquired> {
         let slot_names: HashSet<String> = (0..request.limit)
@@ -152,8 +159,19 @@ impl FileBackend {
         let mut wakeup = Wakeup::new(slot_names)?;
         let mut timer = BootTimer::new()?;
         let mut retries = 0;
-        let own_ticket = line.dir.path().join(place.entry.file_name());
         let outcome = loop {
+            let mut place = slot.take().expect("a place in line");
+            // A waiter that was stopped past its heartbeat lost its place: it joins at the back.
+            if place.stale() || !line.holds(&place)? {
+                crate::info!(
+                    "this waiter was stopped too long to keep its place; joining the line again"
+                );
+                line.leave(place);
+                place = self.join(request, line)?;
+            }
+            place.beat()?;
+            let place = slot.insert(place);
+            let own_ticket = line.dir.path().join(place.entry.file_name());
             let mut watched: Vec<std::path::PathBuf> = Vec::new();
             if place.entry.supersede {
                 // A newer --supersede waiter pokes this ticket.
@@ -161,7 +179,7 @@ impl FileBackend {
             }
             let pause = match line.look(place, request.limit)? {
                 Verdict::Superseded(newer) => {
-                    let by = line.record(&newer).unwrap_or_else(HolderInfo::unknown);
+                    let by = line.waiter(&newer).unwrap_or_else(HolderInfo::unknown);
                     break Acquired::Superseded(by);
                 }
                 Verdict::Turn => {
@@ -246,10 +264,9 @@ impl FileBackend {
                     let status = HolderStatus::new(record.holder, record.token, 0, ttl);
                     slots.holders.push((status, 1));
                 }
-            } else if let Some(entry) = line::Entry::parse(&file_name) {
-                let record = line
-                    .record(&entry.file_name())
-                    .unwrap_or_else(HolderInfo::unknown);
+            } else if line::Entry::parse(&file_name).is_some()
+                && let Some(record) = line.waiter(&file_name)
+            {
                 slots.queue.push(WaiterStatus::new(record));
             }
         }

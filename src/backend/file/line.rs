@@ -3,11 +3,14 @@
 //! waiters can see who came after them.
 //!
 //! The line is the directory `NAME.line`. A waiter's place is a ticket file in it, named
-//! `T<ticket>-<mode>` (`x` exclusive, `s` shared, then `s` again for `--supersede`), holding the
-//! waiter's record; the waiter keeps an exclusive `flock` on it for as long as it stands in line,
-//! so a waiter that died is seen at once (its lock is gone) and its file is cleared by the next
-//! one to look. A ticket file appears complete and locked: it is written under a temporary name
-//! and renamed into place. Tickets come from the counter file `NAME.tickets`, under its lock.
+//! `T<ticket>-<mode>` (`x` exclusive, `s` shared, then `s` again for `--supersede`), holding a
+//! heartbeat line (the boot clock, in milliseconds, when the waiter last looked) and the waiter's
+//! record; the waiter keeps an exclusive `flock` on it for as long as it stands in line. A waiter
+//! that died is seen at once (its lock is gone), one that is frozen (stopped) once its heartbeat
+//! is [`STALE`] old, as on the networked backends; either's ticket is cleared by the next one to
+//! look, and a frozen waiter that thaws joins again at the back. A ticket file appears complete
+//! and locked: it is written under a temporary name and renamed into place. Tickets come from the
+//! counter file `NAME.tickets`, under its lock.
 //!
 //! The rules are the same as on every backend: an exclusive waiter may try for a slot when fewer
 //! live waiters are ahead of it than `--limit`; a shared waiter when no live exclusive waiter is
@@ -23,10 +26,16 @@ use std::os::unix::fs::FileExt;
 use super::paths;
 use super::state_dir::StateDir;
 use crate::backend::{HolderInfo, Mode};
+use crate::clock::BootInstant;
 use crate::name::LockName;
 
 /// Prefix of a waiter's ticket file.
 const TICKET: &str = "T";
+/// A waiter that has not looked at the line for this long is taken to be gone (it looks at least
+/// every second while it waits).
+pub const STALE: std::time::Duration = std::time::Duration::from_secs(3);
+/// Width of the heartbeat line, so that rewriting it never touches the record after it.
+const BEAT_WIDTH: usize = 20;
 /// Prefix of a shared holder's record file.
 const HOLDER: &str = "H";
 
@@ -83,7 +92,40 @@ pub fn is_holder_file(file_name: &str) -> bool {
 /// A place in line, held: the ticket file, locked.
 pub struct Place {
     pub entry: Entry,
-    _file: File,
+    file: File,
+    /// When the heartbeat was last written.
+    beat: BootInstant,
+}
+
+impl Place {
+    /// Whether this place has gone stale (its waiter was stopped for longer than [`STALE`]):
+    /// others no longer count it, and it must join the line again.
+    pub fn stale(&self) -> bool {
+        BootInstant::now().saturating_since(self.beat) >= STALE
+    }
+
+    /// Writes the heartbeat: this waiter is still here.
+    pub fn beat(&mut self) -> io::Result<()> {
+        let now = BootInstant::now();
+        self.file.write_all_at(beat_line(now).as_bytes(), 0)?;
+        self.beat = now;
+        Ok(())
+    }
+}
+
+/// The heartbeat line for `at`.
+fn beat_line(at: BootInstant) -> String {
+    format!("{:0BEAT_WIDTH$}\n", at.since_boot().as_millis())
+}
+
+/// The heartbeat in a ticket file's first bytes, if it holds one.
+fn read_beat(file: &File) -> Option<BootInstant> {
+    let mut buf = [0u8; BEAT_WIDTH];
+    file.read_exact_at(&mut buf, 0).ok()?;
+    let ms: u64 = std::str::from_utf8(&buf).ok()?.parse().ok()?;
+    Some(BootInstant::from_since_boot(
+        std::time::Duration::from_millis(ms),
+    ))
 }
 
 /// What a look at the line found for one place.
@@ -143,9 +185,18 @@ impl Line {
         let temporary = format!(".joining-{}-{}", std::process::id(), entry.ticket);
         let mut file = self.dir.create_new(&temporary)?;
         file.lock().map_err(|e| self.dir.named(&temporary, e))?;
+        let beat = BootInstant::now();
+        file.write_all(beat_line(beat).as_bytes())?;
         file.write_all(record.encode().as_bytes())?;
         self.dir.rename(&temporary, &entry.file_name())?;
-        Ok(Place { entry, _file: file })
+        Ok(Place { entry, file, beat })
+    }
+
+    /// Whether `place`'s ticket is still in the line (a waiter that was frozen may find it
+    /// cleared).
+    pub fn holds(&self, place: &Place) -> io::Result<bool> {
+        let here = self.dir.file_id(&place.entry.file_name())?;
+        Ok(here.is_some() && here == Some(super::state_dir::FileId::of(&place.file)?))
     }
 
     /// Leaves the line: the ticket file goes, then its lock.
@@ -181,15 +232,17 @@ impl Line {
         let Some(file) = self.dir.open_existing(&name)? else {
             return Ok(false);
         };
-        match file.try_lock_shared() {
-            Err(TryLockError::WouldBlock) => Ok(true),
-            Ok(()) => {
-                // Its waiter is gone (its lock went with it): clear the ticket.
-                self.dir.remove(&name)?;
-                Ok(false)
-            }
-            Err(TryLockError::Error(e)) => Err(self.dir.named(&name, e)),
+        let gone = match file.try_lock_shared() {
+            // Locked: there, unless frozen past its heartbeat.
+            Err(TryLockError::WouldBlock) => !fresh(&file),
+            // Its waiter is gone (its lock went with it).
+            Ok(()) => true,
+            Err(TryLockError::Error(e)) => return Err(self.dir.named(&name, e)),
+        };
+        if gone {
+            self.dir.remove(&name)?;
         }
+        Ok(!gone)
     }
 
     /// Whether it is `place`'s turn under the rules (see the module), what stands in its way if
@@ -229,13 +282,23 @@ impl Line {
         }
     }
 
-    /// The record in a file of the line (a ticket or a shared holder's record).
-    pub fn record(&self, file_name: &str) -> Option<HolderInfo> {
+    /// The record in a waiter's ticket file (after its heartbeat line), if the waiter is still
+    /// there (its heartbeat fresh).
+    pub fn waiter(&self, file_name: &str) -> Option<HolderInfo> {
         let file = self.dir.open_existing(file_name).ok()??;
+        if !fresh(&file) {
+            return None;
+        }
         let mut buf = vec![0u8; 8192];
         let len = file.read_at(&mut buf, 0).ok()?;
-        Some(HolderInfo::decode(&buf[..len]))
+        let record = buf[..len].get(BEAT_WIDTH + 1..)?;
+        Some(HolderInfo::decode(record))
     }
+}
+
+/// Whether a ticket file's heartbeat is recent.
+fn fresh(file: &File) -> bool {
+    read_beat(file).is_some_and(|beat| BootInstant::now().saturating_since(beat) < STALE)
 }
 
 /// The next ticket from the counter file, under its lock (tickets only order waiters: they need

@@ -1,0 +1,300 @@
+//! The modes every backend honours the same way: `--shared` (readers together, writers alone,
+//! first come first served so writers are never starved), `--supersede` (newest-wins waiting) and
+//! `--min-interval` (once per period across the fleet, by the backend's clock).
+
+use std::time::{Duration, Instant};
+
+use crate::support::fixture::Fixture;
+use crate::support::scene::Scene;
+use crate::support::wait::{SOON, code, text, wait_until};
+
+/// The critical section of the mode tests: logs `+ MODE ID TOKEN` when it starts and `- MODE ID`
+/// when it ends, and holds for `hold` seconds in between.
+fn section(mode: &str, id: &str, hold: &str) -> String {
+    format!(
+        "echo \"+ {mode} {id} $FENCING_TOKEN\" >> log; sleep {hold}; echo \"- {mode} {id}\" >> log"
+    )
+}
+
+/// Replays `log`: the most readers at once, and whether a writer ever ran beside anyone.
+fn replay(log: &str) -> (usize, Vec<String>) {
+    let mut readers = 0usize;
+    let mut writers = 0usize;
+    let mut peak = 0usize;
+    let mut violations = Vec::new();
+    for line in log.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        match fields.as_slice() {
+            ["+", "r", ..] => {
+                readers += 1;
+                if writers > 0 {
+                    violations.push(format!("reader beside a writer: {line}"));
+                }
+            }
+            ["+", "w", ..] => {
+                if writers > 0 || readers > 0 {
+                    violations.push(format!(
+                        "writer beside {writers} writers, {readers} readers: {line}"
+                    ));
+                }
+                writers += 1;
+            }
+            ["-", "r", ..] => readers -= 1,
+            ["-", "w", ..] => writers -= 1,
+            _ => panic!("unexpected log line {line:?}"),
+        }
+        peak = peak.max(readers);
+    }
+    (peak, violations)
+}
+
+/// Guards against shared holders that exclude each other, a writer that runs beside readers or
+/// another writer, and tokens that do not rise across modes.
+pub fn readers_share_and_writers_run_alone<F: Fixture>() {
+    let fx = F::start();
+    let s = Scene::new(fx.url());
+    let mut runs = Vec::new();
+    for round in 0..2 {
+        for i in 0..3 {
+            let id = format!("r{round}{i}");
+            runs.push(s.spawn([
+                "--name",
+                "rw",
+                "--shared",
+                "--ttl",
+                F::TTL,
+                "--wait",
+                "60s",
+                "--",
+                "sh",
+                "-c",
+                &section("r", &id, "0.4"),
+            ]));
+        }
+        runs.push(s.spawn([
+            "--name",
+            "rw",
+            "--ttl",
+            F::TTL,
+            "--wait",
+            "60s",
+            "--",
+            "sh",
+            "-c",
+            &section("w", &format!("w{round}"), "0.2"),
+        ]));
+    }
+    for run in &mut runs {
+        let out = run.wait(Duration::from_secs(60));
+        assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    }
+    let log = std::fs::read_to_string(s.path("log")).unwrap();
+    let (peak, violations) = replay(&log);
+    assert!(violations.is_empty(), "{violations:?}\n{log}");
+    assert!(peak >= 2, "readers never ran together:\n{log}");
+    let tokens: Vec<u64> = log
+        .lines()
+        .filter(|l| l.starts_with('+'))
+        .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(tokens.len(), 8);
+    let mut sorted = tokens.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(sorted.len(), 8, "tokens repeat across modes: {tokens:?}");
+}
+
+/// Guards against writer starvation: a writer queued behind running readers gets in before
+/// readers that arrived after it (plain `flock -s` lets them in first).
+pub fn a_waiting_writer_goes_before_later_readers<F: Fixture>() {
+    let fx = F::start();
+    let s = Scene::new(fx.url());
+    let reader = |id: &str, hold: &str| {
+        s.spawn([
+            "--name",
+            "starve",
+            "--shared",
+            "--ttl",
+            F::TTL,
+            "--wait",
+            "60s",
+            "--",
+            "sh",
+            "-c",
+            &section("r", id, hold),
+        ])
+    };
+    let mut first = reader("r1", "1");
+    s.wait_held("starve", 1);
+    let mut writer = s.spawn([
+        "--name",
+        "starve",
+        "--ttl",
+        F::TTL,
+        "--wait",
+        "60s",
+        "--",
+        "sh",
+        "-c",
+        &section("w", "w1", "0.1"),
+    ]);
+    s.wait_waiters("starve", 1);
+    let mut late = reader("r2", "0.1");
+    s.wait_waiters("starve", 2);
+    for run in [&mut first, &mut writer, &mut late] {
+        let out = run.wait(Duration::from_secs(30));
+        assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    }
+    let log = std::fs::read_to_string(s.path("log")).unwrap();
+    let starts: Vec<&str> = log
+        .lines()
+        .filter(|l| l.starts_with('+'))
+        .map(|l| l.split_whitespace().nth(2).unwrap())
+        .collect();
+    assert_eq!(starts, ["r1", "w1", "r2"], "served out of order:\n{log}");
+    let status = s.status("starve");
+    assert_eq!(status["held"], false, "{status}");
+}
+
+/// Guards against shared holders shown without their mode, and a crashed reader whose share
+/// outlives it by more than a lease (a kernel lock: not at all).
+pub fn status_shows_modes_and_a_crashed_reader_frees_its_share<F: Fixture>() {
+    let fx = F::start();
+    let s = Scene::new(fx.url());
+    let reader = s.hold("shares", "r", &["--shared", "--ttl", F::TTL]);
+    let status = s.wait_held("shares", 1);
+    assert_eq!(status["holders"][0]["mode"], "shared", "{status}");
+    let mut writer = s.waiter("shares", &["--ttl", F::TTL], "touch wrote");
+    let status = s.wait_waiters("shares", 1);
+    assert_eq!(status["queue"][0]["mode"], "exclusive", "{status}");
+    assert_eq!(status["queue"][0]["pid"], writer.pid(), "{status}");
+    reader.signal(nix::sys::signal::Signal::SIGKILL);
+    let killed = Instant::now();
+    let bound = match F::EXPIRES {
+        true => humantime::parse_duration(F::TTL).unwrap() + Duration::from_secs(3),
+        false => Duration::from_secs(2),
+    };
+    assert!(
+        wait_until(bound, || s.path("wrote").exists()),
+        "the writer never ran after the reader crashed"
+    );
+    assert!(killed.elapsed() < bound);
+    assert_eq!(code(&writer.wait(SOON)), 0);
+}
+
+/// Guards against a newest-wins queue that runs stale deploys: with five `--supersede` waiters
+/// queued behind a holder, only the newest runs, and the four others give up with the busy code
+/// within a second of the newest joining, each naming who superseded it.
+pub fn supersede_runs_only_the_newest_waiter<F: Fixture>() {
+    let fx = F::start();
+    let s = Scene::new(fx.url());
+    let mut holder = s.hold("deploy", "h", &["--ttl", F::TTL]);
+    let mut waiters = Vec::new();
+    for i in 0..5u64 {
+        let script = format!("echo {i} >> deployed");
+        let note = format!("deploy #{i}");
+        waiters.push(s.spawn([
+            "--name",
+            "deploy",
+            "--supersede",
+            "--note",
+            &note,
+            "--ttl",
+            F::TTL,
+            "--wait",
+            "60s",
+            "-E",
+            "3",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ]));
+        s.wait_status("deploy", &format!("queued {note}"), |st| {
+            st["queue"]
+                .as_array()
+                .is_some_and(|q| q.iter().any(|w| w["note"] == note.as_str()))
+        });
+    }
+    let newest_joined = Instant::now();
+    let newest = waiters.pop().unwrap();
+    for (i, mut older) in waiters.into_iter().enumerate() {
+        let out = older.wait(SOON);
+        assert_eq!(code(&out), 3, "waiter {i}: {}", text(&out.stderr));
+        let said = text(&out.stderr);
+        let by: u64 = said
+            .split("superseded by ")
+            .nth(1)
+            .and_then(|rest| rest.split("deploy #").nth(1))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("waiter {i} did not name who superseded it: {said}"));
+        assert!(
+            by > i as u64,
+            "waiter {i} superseded by an older one: {said}"
+        );
+    }
+    assert!(
+        newest_joined.elapsed() < Duration::from_secs(2),
+        "older waiters gave up only after {:?}",
+        newest_joined.elapsed()
+    );
+    assert!(holder.running(), "the holder was touched");
+    assert_eq!(code(&holder.finish()), 0);
+    let mut newest = newest;
+    assert_eq!(code(&newest.wait(SOON)), 0);
+    assert_eq!(std::fs::read_to_string(s.path("deployed")).unwrap(), "4\n");
+}
+
+/// Guards against a fleet cron that runs twice within its interval, or never again after it.
+pub fn min_interval_runs_once_per_period<F: Fixture>() {
+    let fx = F::start();
+    let s = Scene::new(fx.url());
+    let run = || {
+        s.run([
+            "--name",
+            "cron",
+            "--min-interval",
+            "2s",
+            "-E",
+            "0",
+            "--ttl",
+            F::TTL,
+            "--",
+            "sh",
+            "-c",
+            "echo ran >> runs",
+        ])
+    };
+    let out = run();
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    let out = run();
+    assert_eq!(code(&out), 0, "a skip with -E 0: {}", text(&out.stderr));
+    assert_eq!(std::fs::read_to_string(s.path("runs")).unwrap(), "ran\n");
+    let out = s.run([
+        "--name",
+        "cron",
+        "--min-interval",
+        "2s",
+        "--ttl",
+        F::TTL,
+        "--",
+        "true",
+    ]);
+    assert_eq!(code(&out), 75, "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("--min-interval"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(
+        wait_until(Duration::from_secs(5), || {
+            run();
+            std::fs::read_to_string(s.path("runs"))
+                .unwrap()
+                .lines()
+                .count()
+                == 2
+        }),
+        "never ran again after the interval"
+    );
+}
