@@ -9,9 +9,12 @@
 //! keep-alive always restores the TTL the cluster granted, so a renewal confirms that TTL.
 //!
 //! `release --force` revokes the holder's lease, which deletes its key: [`Lease::revoked`]
-//! watches that key (set up when the supervisor first polls it, after the command started, so
-//! the uncontended path pays nothing before the command runs) and reports its deletion, and the
-//! supervisor renews at once to find out. Its expiry is reported the same way.
+//! watches that key and reports its deletion, and the supervisor renews at once to find out (its
+//! expiry is reported the same way). The watch is set up [`WATCH_AFTER`] after the supervisor
+//! first polls it — after the command started, so the uncontended path pays nothing before the
+//! command runs, and a command that ends sooner (a cron job with nothing to do) costs the cluster
+//! no watch at all. It reads the key once the watch exists, so a forced release in between is
+//! reported too.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,6 +28,9 @@ use super::link::{Failure, Link, REQUEST_TIMEOUT};
 use super::watch::{Event, Watcher};
 use crate::backend::waiting::policy::{LEAVE_TIMEOUT, SAFETY_RECHECK, random_bytes, renew_timeout};
 use crate::backend::{BackendError, Grant, Lease, RenewError, Renewal};
+
+/// How long a holder's command runs before the holder watches its key for a forced release.
+const WATCH_AFTER: Duration = Duration::from_millis(100);
 
 /// A lease held by this run.
 pub struct EtcdLease {
@@ -98,6 +104,7 @@ impl Lease for EtcdLease {
         if self.gone.load(Ordering::Relaxed) {
             return std::future::pending().await;
         }
+        tokio::time::sleep(WATCH_AFTER).await;
         loop {
             match self.watch_own_key().await {
                 Ok(None) => break,
