@@ -185,7 +185,8 @@ impl Plan {
                 self.beyond = Link::Unknown;
                 self.watched = vec![found];
             }
-            Mode::Shared => self.beyond = found.hints.writer,
+            // A "last writer" that is not one says nothing: read the line.
+            Mode::Shared => self.beyond = Link::Unknown,
         }
     }
 

@@ -127,6 +127,10 @@ impl Turn<'_> {
         state: &mut State,
         keeper: &mut Keeper,
     ) -> Result<Option<Turned>, BackendError> {
+        if !self.request.waits() {
+            // Trying once: a read settles it, with nothing to watch afterwards.
+            return self.settle(next).await;
+        }
         let own = self.keys.holder(self.lease).into_bytes();
         if state.watcher.is_none() {
             let mut watcher = Watcher::open(self.link, &own).await?;
@@ -169,6 +173,27 @@ impl Turn<'_> {
                 Ok(None)
             }
             Next::Wait => self.wait_step(state, keeper).await,
+        }
+    }
+
+    /// [`Turn::step`] for a contender that tries once: reads without watching.
+    async fn settle(&mut self, next: Next) -> Result<Option<Turned>, BackendError> {
+        match next {
+            Next::Hold => Ok(Some(Turned::Hold)),
+            Next::Wait => Ok(Some(Turned::Busy)),
+            Next::Look => {
+                let depth = self.plan.depth();
+                let (ahead, more) = line::look(self.link, self.keys, self.token, depth).await?;
+                self.plan.looked(ahead, more);
+                Ok(None)
+            }
+            Next::Check(id) => {
+                let found = line::read(self.link, &[self.keys.holder_by_id(&id)]).await?;
+                let found = found.into_iter().next().flatten();
+                self.plan
+                    .checked(&id, found.map(|kv| line::ahead_of(self.keys, &kv)));
+                Ok(None)
+            }
         }
     }
 
