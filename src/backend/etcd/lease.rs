@@ -1,5 +1,7 @@
 //! [`EtcdLease`]: one etcd lease held by this run, kept alive and revoked by its id — the only
 //! lease this run ever renews or revokes, so a stale holder never touches a newer holder's lease.
+//! Also the lease requests themselves (grant with an id chosen here, keep-alive, revoke), which
+//! waiting and `--min-interval` use too.
 //!
 //! Each renewal opens a keep-alive stream, sends one request and waits for its answer, then closes
 //! the stream: an answer can never be taken for the answer to a later request, and a renewal
