@@ -1,41 +1,56 @@
-//! Acquiring an etcd lease: grant a lease, join the line with a key attached to it, wait for a
-//! place among the first `limit`, and confirm the lease is still alive before handing it over.
+//! Acquiring an etcd lease: grant a lease, join the line with a key attached to it, wait for one's
+//! turn ([`super::turn`]), and confirm the lease is still alive before handing it over.
 //!
 //! The lease id is chosen here (random), so the grant and the join are sent together: when the
 //! join reaches the cluster first it fails for want of the lease, and is sent again once the grant
 //! is answered. The lease is counted from when the grant was sent, with the TTL the cluster granted
 //! (it raises short ones to its minimum). A waiter keeps its lease alive in line, and once it
-//! has a place counts from its last confirmed keep-alive — or, when that is more than a third of
+//! has its turn counts from its last confirmed keep-alive — or, when that is more than a third of
 //! the TTL old (lockrun was paused, or the cluster slow), sends one and counts from it: a waiter
 //! whose lease expired while queued never runs; it joins the line again (at the back) while its
-//! deadline allows. A run that gives up (deadline, cancellation) or fails revokes its lease before
-//! returning (the key goes with it), so it leaves no holder and no waiter behind; if the revoke
-//! cannot be sent within the leave timeout, the lease expires within one TTL anyway.
+//! deadline allows. A waiter that wins rewrites its record (the time it won, and that nothing it
+//! waits for is ahead of it any more, for the waiter behind it) while its command starts; the
+//! release waits for that write. A run that gives up (deadline, cancellation, a newer
+//! `--supersede` waiter) or fails revokes its lease before returning (the key goes with it), so it
+//! leaves no holder and no waiter behind; if the revoke cannot be sent within the leave timeout,
+//! the lease expires within one TTL anyway.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use etcd_client::WatchStream;
+use tokio::task::JoinHandle;
 
-use super::keys::{Keys, Record};
-use super::lease::{EtcdLease, keep_alive, revoke};
-use super::line::{self, Line};
+use super::keys::Keys;
+use super::lease::{EtcdLease, grant, keep_alive, lease_id, revoke};
+use super::line;
 use super::link::{Failure, Link, REQUEST_TIMEOUT};
-use super::waiting::{self, Keeper, Wake};
-use crate::backend::waiting::policy::{LEAVE_TIMEOUT, Outage, random_bytes};
-use crate::backend::{AcquireRequest, Acquired, BackendError, Cancel, Grant, RenewError};
-use crate::clock::{BootInstant, BootTimer};
+use super::plan::{Next, Plan};
+use super::record::Record;
+use super::turn::{Turn, Turned};
+use super::waiting::Keeper;
+use crate::backend::waiting::policy::LEAVE_TIMEOUT;
+use crate::backend::{
+    AcquireRequest, Acquired, BackendError, Cancel, Grant, HolderInfo, RenewError,
+};
+use crate::clock::BootInstant;
 
 /// How many times a waiter whose lease expired in line joins again before giving up.
 const MAX_REJOINS: u32 = 3;
 
 /// How one pass through the line ended.
 enum Outcome {
-    Held(Grant),
+    /// A holder with this key (its create revision) and grant; `stamp` is the write of its
+    /// record, still under way.
+    Held {
+        token: i64,
+        grant: Grant,
+        stamp: Option<JoinHandle<()>>,
+    },
     /// Not a holder by the deadline.
     Busy,
     /// The lease expired while in line.
     LeaseLost,
+    /// A newer `--supersede` waiter joined.
+    Superseded(HolderInfo),
 }
 
 /// Becomes a holder of `request.name`, waiting until the request's deadline or `cancel`.
@@ -60,17 +75,23 @@ pub async fn acquire(
             }
         };
         match outcome {
-            Ok(Outcome::Held(grant)) => {
+            Ok(Outcome::Held {
+                token,
+                grant,
+                stamp,
+            }) => {
                 cleanup.lease = None;
-                return Ok(Acquired::Held(Box::new(EtcdLease::new(
-                    Arc::clone(link),
-                    lease,
-                    grant,
-                ))));
+                let held =
+                    EtcdLease::new(Arc::clone(link), keys.holder(lease), lease, token, grant);
+                return Ok(Acquired::Held(Box::new(held.stamped_by(stamp))));
             }
             Ok(Outcome::Busy) => {
                 cleanup.now().await;
                 return Ok(Acquired::Busy);
+            }
+            Ok(Outcome::Superseded(newer)) => {
+                cleanup.now().await;
+                return Ok(Acquired::Superseded(newer));
             }
             Ok(Outcome::LeaseLost) => {
                 cleanup.lease = None;
@@ -94,37 +115,7 @@ pub async fn acquire(
     }
 }
 
-/// Grants lease `id` for at least `ttl` (whole seconds, rounded up); returns the granted TTL.
-async fn grant(link: &Link, id: i64, ttl: Duration) -> Result<Duration, BackendError> {
-    let seconds = i64::try_from(ttl.as_millis().div_ceil(1000))
-        .unwrap_or(i64::MAX)
-        .max(1);
-    let granted = link
-        .call(REQUEST_TIMEOUT, |mut client| async move {
-            client
-                .lease_grant(
-                    seconds,
-                    Some(etcd_client::LeaseGrantOptions::new().with_id(id)),
-                )
-                .await
-        })
-        .await?;
-    let granted_ttl = u64::try_from(granted.ttl()).unwrap_or(0);
-    if granted_ttl == 0 || !granted.error().is_empty() {
-        return Err(BackendError::Failed {
-            endpoint: link.endpoints(),
-            reason: format!(
-                "lease not granted: {}",
-                Some(granted.error())
-                    .filter(|e| !e.is_empty())
-                    .unwrap_or("no TTL in the answer")
-            ),
-        });
-    }
-    Ok(Duration::from_secs(granted_ttl))
-}
-
-/// Grants `lease`, joins the line with it and waits for a place among the first `limit`.
+/// Grants `lease`, joins the line with it and waits for its turn.
 async fn queue(
     link: &Arc<Link>,
     request: &AcquireRequest,
@@ -132,104 +123,67 @@ async fn queue(
     lease: i64,
 ) -> Result<Outcome, BackendError> {
     let limit = request.limit.max(1);
-    let record = Record {
-        holder: request.holder.stamped(),
-        limit,
-        slot: (limit == 1).then_some(0),
-    };
+    let record = Record::new(request.holder.stamped(), limit, (limit == 1).then_some(0));
+    let mut plan = Plan::new(request.mode, limit);
+    let depth = plan.depth();
     let sent_at = BootInstant::now();
     let (granted, joined) = tokio::join!(
         grant(link, lease, request.ttl),
-        line::join(link, keys, lease, &record)
+        line::join(link, keys, lease, &record, depth, request.supersede)
     );
     let ttl = granted?;
     let joined = match joined {
         // The join overtook the grant: now the lease exists.
         Err(failure @ Failure::Answered { .. }) if failure.lease_gone() => {
             crate::debug!("the join overtook the grant; joining again");
-            line::join(link, keys, lease, &record).await
+            line::join(link, keys, lease, &record, depth, request.supersede).await
         }
         other => other,
     };
-    let Some(mut line) = joined? else {
+    let Some(joined) = joined? else {
         return Ok(Outcome::LeaseLost);
     };
-    let mut waited = false;
-    let mut keeper = Keeper::new(lease, ttl, sent_at);
-    let mut timer: Option<BootTimer> = None;
-    let mut stream: Option<WatchStream> = None;
-    let mut backoff = false;
-    let mut outage = Outage::in_line();
-    let own_key = keys.holder(lease).into_bytes();
-    // `line.ahead` only ever holds too many keys (keys leave the line, none join ahead), so a
-    // stale line keeps this run waiting, never lets it through early.
-    while line.ahead.len() >= limit as usize {
-        if request.expired() {
-            return Ok(Outcome::Busy);
-        }
-        if !waited {
-            crate::info!("waiting for {} ({} ahead)", request.name, line.ahead.len());
-            waited = true;
-        }
-        if stream.is_none() && !backoff {
-            // Watch first, then read: every deletion after the read is reported.
-            let watched = match waiting::watch(link, keys).await {
-                Ok(watch) => line::read(link, keys, lease)
-                    .await
-                    .map(|read| (watch, read)),
-                Err(e) => Err(e),
-            };
-            match watched {
-                Ok((watch, Some(read))) => {
-                    outage.ok();
-                    stream = Some(watch);
-                    line = read;
-                    continue;
-                }
-                Ok((_, None)) => return Ok(Outcome::LeaseLost),
-                Err(e) => {
-                    outage.failed(e, BootInstant::now(), "watch the line")?;
-                    backoff = true;
-                }
-            }
-        }
-        let timer = match timer.as_mut() {
-            Some(timer) => timer,
-            None => timer.insert(BootTimer::new().map_err(|e| BackendError::Failed {
-                endpoint: link.endpoints(),
-                reason: format!("cannot create a timer: {e}"),
-            })?),
-        };
-        match waiting::wait_turn(link, stream.as_mut(), &mut keeper, timer, request.deadline)
-            .await?
-        {
-            Wake::Deleted(gone) => {
-                if gone.contains(&own_key) {
-                    return Ok(Outcome::LeaseLost);
-                }
-                line.ahead.retain(|key| !gone.contains(key));
-            }
-            Wake::Look => {
-                stream = None;
-                backoff = false;
-            }
-            Wake::Deadline => return Ok(Outcome::Busy),
-            Wake::LeaseLost => return Ok(Outcome::LeaseLost),
-        }
+    let token = joined.token;
+    if let Some((ahead, more)) = joined.ahead {
+        plan.looked(ahead, more);
     }
-    drop(stream);
-    let token = token_of(link, &line)?;
-    if !waited && limit == 1 {
-        return Ok(Outcome::Held(Grant {
+    if plan.next() == Next::Hold && limit == 1 {
+        // The uncontended path: one round trip, nothing more before the command starts.
+        return Ok(Outcome::Held {
             token,
-            slot: 0,
-            ttl: Some(ttl),
-            sent_at,
-        }));
+            grant: Grant {
+                token: token_of(link, token)?,
+                slot: 0,
+                ttl: Some(ttl),
+                sent_at,
+            },
+            stamp: None,
+        });
     }
+    let mut keeper = Keeper::new(lease, ttl, sent_at);
+    let mut turn = Turn {
+        link,
+        keys,
+        request,
+        lease,
+        token,
+        record: &record,
+        plan,
+        waited: false,
+        ahead_at_join: joined.waiting,
+    };
+    match turn.wait(&mut keeper).await? {
+        Turned::Hold => {}
+        Turned::Busy => return Ok(Outcome::Busy),
+        Turned::LeaseLost => return Ok(Outcome::LeaseLost),
+        Turned::Superseded(newer) => return Ok(Outcome::Superseded(newer)),
+    }
+    let waited = turn.waited;
+    // What the waiter behind this one learns when this key goes: nothing it waited for is ahead.
+    let won = record.stamped_with(&turn.plan.hints());
     // A waiter's lease may have run out in line. The lease is proven alive until the last
     // confirmed keep-alive's send time plus the TTL; when that was long ago, confirm it again.
-    let mut confirmed_at = keeper.confirmed;
+    let mut confirmed_at = if waited { keeper.confirmed } else { sent_at };
     let confirm = waited && BootInstant::now().saturating_since(confirmed_at) > ttl / 3;
     if confirm {
         confirmed_at = BootInstant::now();
@@ -244,7 +198,7 @@ async fn queue(
         async {
             match limit {
                 1 => Ok(Some(0)),
-                _ => line::claim_slot(link, keys, lease, &line, &record, limit).await,
+                _ => line::claim_slot(link, keys, lease, token, &joined.slots, &won, limit).await,
             }
         },
     );
@@ -256,31 +210,33 @@ async fn queue(
     let Some(slot) = slot? else {
         return Ok(Outcome::LeaseLost);
     };
-    if limit == 1 {
-        // The record still says when this run joined the line; fix it while the command starts.
-        let (link, keys, record) = (Arc::clone(link), keys.clone(), record.clone());
-        tokio::spawn(async move { line::stamp(&link, &keys, lease, line.token, &record).await });
-    }
-    Ok(Outcome::Held(Grant {
+    // With --limit the slot's write carried the record; otherwise write it while the command
+    // starts.
+    let stamp = (limit == 1).then(|| {
+        let (link, keys) = (Arc::clone(link), keys.clone());
+        tokio::spawn(async move {
+            if let Err(e) = line::note(&link, &keys, lease, token, &won).await {
+                crate::debug!("cannot record when the lock was won: {e}");
+            }
+        })
+    });
+    Ok(Outcome::Held {
         token,
-        slot,
-        ttl: Some(ttl),
-        sent_at: confirmed_at,
-    }))
-}
-
-fn token_of(link: &Link, line: &Line) -> Result<u64, BackendError> {
-    u64::try_from(line.token).map_err(|_| BackendError::Failed {
-        endpoint: link.endpoints(),
-        reason: format!("unexpected create revision {}", line.token),
+        grant: Grant {
+            token: token_of(link, token)?,
+            slot,
+            ttl: Some(ttl),
+            sent_at: confirmed_at,
+        },
+        stamp,
     })
 }
 
-/// A random positive lease id, so the grant and the join can be sent together.
-fn lease_id() -> Result<i64, BackendError> {
-    let bytes = random_bytes::<8>()?;
-    // 62 bits: positive, and never zero (zero asks the cluster to choose).
-    Ok(i64::from_le_bytes(bytes) & (i64::MAX >> 1) | 1)
+fn token_of(link: &Link, revision: i64) -> Result<u64, BackendError> {
+    u64::try_from(revision).map_err(|_| BackendError::Failed {
+        endpoint: link.endpoints(),
+        reason: format!("unexpected create revision {revision}"),
+    })
 }
 
 /// Revokes a lease that did not become a holder, before the acquisition returns, within the

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 
 use super::link::Link;
 use super::settings::Settings;
-use super::{acquire, inspect};
+use super::{acquire, inspect, interval};
 use crate::backend::{
     AcquireRequest, Acquired, Backend, BackendError, Cancel, IntervalClaim, LockStatus,
     Settings as _,
@@ -62,11 +62,9 @@ impl Backend for Etcd {
 
     async fn claim_interval(
         &self,
-        _name: &LockName,
-        _interval: Duration,
+        name: &LockName,
+        interval: Duration,
     ) -> Result<IntervalClaim, BackendError> {
-        Err(BackendError::Unsupported(
-            "--min-interval is not available on this backend yet".into(),
-        ))
+        interval::claim(&self.link, name, interval).await
     }
 }

@@ -1,51 +1,64 @@
 //! `status`, `list` and `release --force` on etcd: reading the line of a name (its holder keys in
-//! create-revision order, the first `limit` holding), asking the cluster how long each holder's
-//! lease has left, and revoking holders' leases.
+//! create-revision order), telling holders from waiters by the rule every waiter applies to itself
+//! ([`holding`]), asking the cluster how long each holder's lease has left, and revoking holders'
+//! leases.
 //!
 //! The limit shown is the largest `--limit` any key in the line declared (1 for an empty line).
-//! A forced release revokes the holders' leases rather than deleting their keys: the keys and slots
-//! go with the leases, and each holder finds its lease gone at its next keep-alive and stops its
-//! command. Waiters keep their places.
+//! A forced release revokes the holders' leases rather than deleting their keys: the keys and
+//! slots go with the leases, each holder's watch on its own key reports the deletion at once (its
+//! command is stopped after a renewal confirms the loss), and the waiters behind them are woken by
+//! the same deletions. Waiters keep their places.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 use etcd_client::{GetOptions, KeyValue, SortOrder, SortTarget};
 
-use super::keys::{self, Keys, ROOT, Record};
+use super::keys::{self, Keys, ROOT};
 use super::lease::revoke;
 use super::link::{Failure, Link, REQUEST_TIMEOUT};
-use crate::backend::{BackendError, HolderInfo, HolderStatus, LockStatus};
+use super::record::Record;
+use crate::backend::{BackendError, HolderInfo, HolderStatus, LockStatus, Mode, WaiterStatus};
 use crate::name::LockName;
 
-/// Who holds `name`, and how many wait.
+/// Who holds `name`, and who waits, in line order.
 pub async fn status(link: &Link, name: &LockName) -> Result<LockStatus, BackendError> {
-    let (limit, holders, waiters) = line(link, name).await?;
-    let mut shown = Vec::with_capacity(holders.len());
-    for (position, kv) in holders.iter().enumerate() {
-        let record = Record::decode(kv.value());
+    let line = line(link, name).await?;
+    let records: Vec<Option<Record>> = line.iter().map(|kv| Record::decode(kv.value())).collect();
+    let rules: Vec<(Mode, u32)> = records
+        .iter()
+        .map(|r| {
+            r.as_ref()
+                .map_or((Mode::Exclusive, 1), |r| (r.holder.mode, r.limit))
+        })
+        .collect();
+    let limit = rules.iter().map(|(_, limit)| *limit).max().unwrap_or(1);
+    let mut holders = Vec::new();
+    let mut queue = Vec::new();
+    for (position, ((kv, record), holds)) in
+        line.iter().zip(records).zip(holding(&rules)).enumerate()
+    {
+        let info = record
+            .as_ref()
+            .map_or_else(HolderInfo::unknown, |r| r.holder.clone());
+        if !holds {
+            queue.push(WaiterStatus::new(info));
+            continue;
+        }
         let slot = record
             .as_ref()
             .and_then(|r| r.slot)
             .unwrap_or(u32::try_from(position).unwrap_or(0));
-        let info = record.map_or_else(HolderInfo::unknown, |r| r.holder);
         let left = time_left(link, kv.lease()).await?;
-        shown.push(HolderStatus::new(
+        holders.push(HolderStatus::new(
             info,
             u64::try_from(kv.create_revision()).unwrap_or(0),
             slot,
             left,
         ));
     }
-    shown.sort_by_key(|h| h.slot);
-    Ok(LockStatus {
-        name: name.to_string(),
-        held: !shown.is_empty(),
-        limit,
-        waiters,
-        holders: shown,
-        queue: Vec::new(),
-    })
+    holders.sort_by_key(|h| h.slot);
+    Ok(LockStatus::new(name, limit, holders, queue))
 }
 
 /// Every held name that starts with `prefix`, sorted by name.
@@ -82,18 +95,45 @@ pub async fn list(link: &Link, prefix: &str) -> Result<Vec<LockStatus>, BackendE
 
 /// Revokes the lease of every holder of `name`; returns how many there were.
 pub async fn force_release(link: &Link, name: &LockName) -> Result<usize, BackendError> {
-    let (_, holders, _) = line(link, name).await?;
+    let line = line(link, name).await?;
+    let rules: Vec<(Mode, u32)> = line
+        .iter()
+        .map(|kv| {
+            Record::decode(kv.value()).map_or((Mode::Exclusive, 1), |r| (r.holder.mode, r.limit))
+        })
+        .collect();
     let mut dropped = 0;
-    for kv in &holders {
-        if revoke(link, kv.lease()).await? {
+    for (kv, holds) in line.iter().zip(holding(&rules)) {
+        if holds && revoke(link, kv.lease()).await? {
             dropped += 1;
         }
     }
     Ok(dropped)
 }
 
-/// The declared limit, the holder keys (first `limit` in line) and the number of waiters.
-async fn line(link: &Link, name: &LockName) -> Result<(u32, Vec<KeyValue>, u32), BackendError> {
+/// Which keys of a line (their mode and declared limit, in line order) hold: an exclusive key
+/// when fewer than its limit are ahead of it and none of them is shared, a shared key when no
+/// exclusive key is ahead of it.
+pub fn holding(line: &[(Mode, u32)]) -> Vec<bool> {
+    let (mut writers, mut readers) = (0usize, 0usize);
+    line.iter()
+        .map(|&(mode, limit)| {
+            let ahead = writers + readers;
+            let holds = match mode {
+                Mode::Exclusive => readers == 0 && ahead < limit.max(1) as usize,
+                Mode::Shared => writers == 0,
+            };
+            match mode {
+                Mode::Exclusive => writers += 1,
+                Mode::Shared => readers += 1,
+            }
+            holds
+        })
+        .collect()
+}
+
+/// The holder keys of `name`, in line order.
+async fn line(link: &Link, name: &LockName) -> Result<Vec<KeyValue>, BackendError> {
     let prefix = Keys::new(name).holders();
     let mut found = link
         .call(REQUEST_TIMEOUT, |mut client| {
@@ -112,20 +152,11 @@ async fn line(link: &Link, name: &LockName) -> Result<(u32, Vec<KeyValue>, u32),
             }
         })
         .await?;
-    let mut kvs = found.take_kvs();
-    let limit = kvs
-        .iter()
-        .filter_map(|kv| Record::decode(kv.value()))
-        .map(|r| r.limit)
-        .max()
-        .unwrap_or(1)
-        .max(1);
-    let waiting = kvs.split_off(kvs.len().min(limit as usize));
-    Ok((limit, kvs, u32::try_from(waiting.len()).unwrap_or(u32::MAX)))
+    Ok(found.take_kvs())
 }
 
 /// How long lease `id` has left; zero if it is gone.
-async fn time_left(link: &Link, id: i64) -> Result<Duration, BackendError> {
+pub async fn time_left(link: &Link, id: i64) -> Result<Duration, BackendError> {
     let asked = link
         .call(REQUEST_TIMEOUT, |mut client| async move {
             client.lease_time_to_live(id, None).await
@@ -137,5 +168,32 @@ async fn time_left(link: &Link, id: i64) -> Result<Duration, BackendError> {
         )),
         Err(failure @ Failure::Answered { .. }) if failure.lease_gone() => Ok(Duration::ZERO),
         Err(failure) => Err(failure.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const X: Mode = Mode::Exclusive;
+    const S: Mode = Mode::Shared;
+
+    #[test]
+    fn readers_at_the_head_hold_together_until_a_writer() {
+        let line = [(S, 1), (S, 1), (X, 1), (S, 1)];
+        assert_eq!(holding(&line), [true, true, false, false]);
+    }
+
+    #[test]
+    fn a_writer_holds_alone_at_the_head() {
+        assert_eq!(holding(&[(X, 1), (S, 1), (X, 1)]), [true, false, false]);
+        assert_eq!(holding(&[]), Vec::<bool>::new());
+    }
+
+    #[test]
+    fn a_semaphore_holds_its_first_limit_keys() {
+        let line = [(X, 3), (X, 3), (X, 3), (X, 3)];
+        assert_eq!(holding(&line), [true, true, true, false]);
+        assert_eq!(holding(&[(S, 1), (X, 3)]), [true, false]);
     }
 }

@@ -1,25 +1,31 @@
-//! Where one name's state lives in etcd, and what a holder key stores.
+//! Where one name's state lives in etcd.
 //!
 //! For a name `N`:
-//! - `lockrun/N/#holders/<lease id, 16 hex digits>` — one key per run that holds or waits, attached
-//!   to its lease, created once (a transaction checks `create_revision == 0`). Ordered by create
-//!   revision, the keys are the line: the first `limit` hold, the rest wait. A holder's fencing
-//!   token is its key's create revision, which the cluster never reuses or lowers.
+//! - `lockrun/N/#holders/<id>` — one key per run that holds or waits, `<id>` its lease id in 16
+//!   hex digits, attached to that lease, created once (a transaction checks `create_revision ==
+//!   0`). Ordered by create revision, the keys are the line; a holder's fencing token is its key's
+//!   create revision, which the cluster never reuses or lowers. The value is a
+//!   [`Record`](super::record::Record).
 //! - `lockrun/N/#slots/<K>` — with `--limit` above 1, semaphore slot `K`, claimed by a holder (a
 //!   transaction: the slot key must not exist and the holder key must), attached to its lease, so it
 //!   goes with the holder.
+//! - `lockrun/N/#supersede` — the newest `--supersede` waiter's record, written in the same
+//!   transaction that created its holder key (so the marker's mod revision is that key's create
+//!   revision). Attached to no lease: an older `--supersede` waiter that looks only after the
+//!   newer one left must still find it; one small key per name that ever used `--supersede`.
+//! - `lockrun/N/#interval` — `--min-interval`: exists while NAME ran less than the interval ago,
+//!   attached to a lease as long as the interval.
 //!
 //! Names cannot contain `#`, so `lockrun/a/#holders/` never prefixes a key of the name `a/b`.
 
-use serde::{Deserialize, Serialize};
-
-use crate::backend::HolderInfo;
 use crate::name::LockName;
 
 /// Every key lockrun writes starts with this.
 pub const ROOT: &str = "lockrun/";
 const HOLDERS: &str = "/#holders/";
 const SLOTS: &str = "/#slots/";
+const SUPERSEDE: &str = "/#supersede";
+const INTERVAL: &str = "/#interval";
 
 /// The keys of one name.
 #[derive(Clone, Debug)]
@@ -41,7 +47,19 @@ impl Keys {
 
     /// The holder key of the run with lease `lease`.
     pub fn holder(&self, lease: i64) -> String {
-        format!("{}{:016x}", self.holders(), lease as u64)
+        self.holder_by_id(&id_of_lease(lease))
+    }
+
+    /// The holder key whose id (lease, in hex) is `id`.
+    pub fn holder_by_id(&self, id: &str) -> String {
+        format!("{}{id}", self.holders())
+    }
+
+    /// The id part of one of this name's holder keys; `None` for any other key.
+    pub fn id_of<'k>(&self, key: &'k [u8]) -> Option<&'k str> {
+        std::str::from_utf8(key)
+            .ok()?
+            .strip_prefix(self.holders().as_str())
     }
 
     /// The prefix of every slot key of the name.
@@ -52,6 +70,21 @@ impl Keys {
     pub fn slot(&self, slot: u32) -> String {
         format!("{}{slot}", self.slots())
     }
+
+    /// The newest `--supersede` waiter's marker.
+    pub fn supersede(&self) -> String {
+        format!("{ROOT}{}{SUPERSEDE}", self.name)
+    }
+
+    /// The `--min-interval` key.
+    pub fn interval(&self) -> String {
+        format!("{ROOT}{}{INTERVAL}", self.name)
+    }
+}
+
+/// A holder key's id: its lease id in 16 hex digits.
+pub fn id_of_lease(lease: i64) -> String {
+    format!("{:016x}", lease as u64)
 }
 
 /// The slot number a slot key names.
@@ -68,28 +101,6 @@ pub fn name_of_holder(key: &[u8]) -> Option<LockName> {
     LockName::parse(name).ok()
 }
 
-/// What a holder key stores (JSON): who asked, the `--limit` they passed, and the slot once held.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Record {
-    #[serde(flatten)]
-    pub holder: HolderInfo,
-    pub limit: u32,
-    #[serde(default)]
-    pub slot: Option<u32>,
-}
-
-impl Record {
-    pub fn encode(&self) -> String {
-        // A struct of strings and numbers always serializes.
-        serde_json::to_string(self).unwrap_or_default()
-    }
-
-    /// The record in a holder key's value; `None` for a value lockrun did not write.
-    pub fn decode(value: &[u8]) -> Option<Record> {
-        serde_json::from_slice(value).ok()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -102,32 +113,21 @@ mod tests {
         assert!(!ab.holder(1).starts_with(&a.holders()));
         assert_eq!(a.slot(2), "lockrun/a/#slots/2");
         assert_eq!(slot_of(a.slot(2).as_bytes()), Some(2));
+        assert!(!a.supersede().starts_with(&a.holders()));
+        assert!(!a.interval().starts_with(&a.holders()));
     }
 
     #[test]
-    fn holder_keys_name_their_lock() {
+    fn holder_keys_name_their_lock_and_their_id() {
         let name = LockName::parse("ci/deploy:prod").unwrap();
-        let key = Keys::new(&name).holder(7);
+        let keys = Keys::new(&name);
+        let key = keys.holder(7);
         assert_eq!(name_of_holder(key.as_bytes()), Some(name));
+        assert_eq!(keys.id_of(key.as_bytes()), Some("0000000000000007"));
+        assert_eq!(keys.holder_by_id("0000000000000007"), key);
+        assert_eq!(keys.id_of(keys.slot(0).as_bytes()), None);
         assert_eq!(name_of_holder(b"lockrun/x/#slots/0"), None);
+        assert_eq!(name_of_holder(b"lockrun/x/#supersede"), None);
         assert_eq!(name_of_holder(b"other"), None);
-    }
-
-    #[test]
-    fn records_round_trip() {
-        let record = Record {
-            holder: HolderInfo {
-                pid: 1,
-                host: "h".into(),
-                user: "u".into(),
-                note: Some("n".into()),
-                acquired_at: "2026-01-01T00:00:00Z".into(),
-                mode: crate::backend::Mode::Exclusive,
-            },
-            limit: 3,
-            slot: Some(2),
-        };
-        assert_eq!(Record::decode(record.encode().as_bytes()), Some(record));
-        assert_eq!(Record::decode(b"junk"), None);
     }
 }

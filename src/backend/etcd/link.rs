@@ -237,6 +237,19 @@ impl Link {
     fn reason(&self, e: &etcd_client::Error) -> String {
         fragment(&innermost(e), &self.secrets)
     }
+
+    /// A failure of something other than a call (a watch stream), while doing `what`.
+    pub fn failed(&self, what: &str, reason: &str) -> BackendError {
+        BackendError::Failed {
+            endpoint: self.endpoints(),
+            reason: format!("cannot {what}: {}", fragment(reason, &self.secrets)),
+        }
+    }
+
+    /// [`Link::failed`] for an error of the client.
+    pub fn failed_with(&self, what: &str, e: &etcd_client::Error) -> BackendError {
+        self.failed(what, &innermost(e))
+    }
 }
 
 /// Abandons the member when dropped before its call finished with an answer.

@@ -1,18 +1,23 @@
 //! The networked `etcd://` backend: leases as etcd leases, kept alive from lockrun, with one key
-//! per run attached to its lease; the line is the keys' create-revision order, the first `limit`
-//! hold, and a holder's fencing token is its key's create revision (the cluster never reuses or
-//! lowers one, across restarts and leader changes). Waiters watch their name's deletions, woken by
-//! the release itself. Key layout: [`keys`]; failover between members: [`link`]; why not the
-//! predecessor watch of etcd's lock recipe: [`waiting`].
+//! per run attached to its lease; the line is the keys' create-revision order, and a holder's
+//! fencing token is its key's create revision (the cluster never reuses or lowers one, across
+//! restarts and leader changes). Who holds: [`plan`]; each waiter watches only the keys that can
+//! make it a holder, woken by their deletion, never by every release of its name. Key layout:
+//! [`keys`]; what a key stores: [`record`]; failover between members: [`link`].
 
 mod acquire;
 mod backend;
 mod inspect;
+mod interval;
 mod keys;
 mod lease;
 mod line;
 mod link;
+mod plan;
+mod record;
 mod settings;
+mod turn;
 mod waiting;
+mod watch;
 
 pub use settings::Settings;

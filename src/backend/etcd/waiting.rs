@@ -1,29 +1,16 @@
-//! A waiter's sleep: watching for the deletions that may make it a holder, while keeping its own
-//! lease (and so its place in line) alive.
-//!
-//! A waiter watches the deletions of its name's holder keys, from the current revision on, and
-//! *then* reads the line: every deletion after that read is reported, and the waiter drops the
-//! deleted keys from those it knows are ahead. Keys never join the line ahead of a waiter (a new
-//! key has a higher create revision), so a deletion needs no new read: the handoff costs the event
-//! and one keep-alive.
-//!
-//! Why not watch only the predecessor, as the etcd lock recipe does: such a watch starts at a past
-//! revision, and etcd serves watches that start in the past from a loop that runs every 100 ms —
-//! under contention, up to 100 ms per handoff, more when a predecessor is gone and the next one
-//! must be watched. A watch from the current revision is served at once, and since a wake-up
-//! costs a waiter no request, every waiter seeing every release of its name is cheap.
+//! A waiter's sleep: until one of its watches reports (see [`super::watch`]), its deadline, or a
+//! keep-alive of its own lease (and so of its place in line) that needs a look — while keeping
+//! that lease alive every third of its TTL.
 //!
 //! A watch that ends or is cancelled, and a keep-alive that went unanswered (the member may be
-//! gone: the next watch and read go to another one), are reasons to watch and read again. There
-//! is no timed re-check: etcd delivers every event after the watch is created.
+//! gone: the next watches and reads go to another one), are reasons to watch and read again.
+//! There is no timed re-check: etcd delivers every event after a watch is created.
 
 use std::time::Duration;
 
-use etcd_client::{EventType, WatchFilterType, WatchOptions, WatchStream};
-
-use super::keys::Keys;
 use super::lease::keep_alive;
-use super::link::{Link, REQUEST_TIMEOUT};
+use super::link::Link;
+use super::watch::{Event, Watcher};
 use crate::backend::waiting::policy::renew_timeout;
 use crate::backend::{BackendError, RenewError};
 use crate::clock::{BootInstant, BootTimer};
@@ -33,9 +20,9 @@ pub const RETRY: Duration = Duration::from_millis(250);
 
 /// Why the waiter woke.
 pub enum Wake {
-    /// These keys were deleted.
-    Deleted(Vec<Vec<u8>>),
-    /// The watch broke or the member may be gone: watch and read the line again.
+    /// The watch stream reported something.
+    Watched(Event),
+    /// The member may be gone, or the pause after a failure is over: watch and read again.
     Look,
     /// The deadline passed.
     Deadline,
@@ -85,39 +72,17 @@ impl Keeper {
     }
 }
 
-/// Watches the deletions of `keys`' holder keys from now on; returns once etcd has created the
-/// watch, so a read made after it misses nothing.
-pub async fn watch(link: &Link, keys: &Keys) -> Result<WatchStream, BackendError> {
-    let prefix = keys.holders();
-    let options = WatchOptions::new()
-        .with_prefix()
-        .with_filters([WatchFilterType::NoPut]);
-    let stream = link
-        .call(REQUEST_TIMEOUT, |mut client| {
-            let (prefix, options) = (prefix.clone(), options.clone());
-            async move {
-                let mut stream = client.watch(prefix, Some(options)).await?;
-                match stream.message().await? {
-                    Some(created) if created.created() && !created.canceled() => Ok(stream),
-                    _ => Err(etcd_client::Error::WatchError("watch not created".into())),
-                }
-            }
-        })
-        .await?;
-    Ok(stream)
-}
-
-/// Sleeps until a deletion on `stream` (without a stream, for [`RETRY`]), the deadline, or a
-/// keep-alive that needs a look.
+/// Sleeps until `watcher` reports (without one, for [`RETRY`]), the deadline, or a keep-alive
+/// that needs a look.
 pub async fn wait_turn(
     link: &Link,
-    stream: Option<&mut WatchStream>,
+    watcher: Option<&mut Watcher>,
     keeper: &mut Keeper,
     timer: &mut BootTimer,
     deadline: Option<BootInstant>,
 ) -> Result<Wake, BackendError> {
-    let retry_at = stream.is_none().then(|| BootInstant::now() + RETRY);
-    let mut stream = stream;
+    let retry_at = watcher.is_none().then(|| BootInstant::now() + RETRY);
+    let mut watcher = watcher;
     loop {
         if let Some(wake) = keeper.tend(link).await {
             return Ok(wake);
@@ -134,31 +99,12 @@ pub async fn wait_turn(
             .flatten()
             .min();
         tokio::select! {
-            message = async {
-                match stream.as_mut() {
-                    Some(stream) => stream.message().await,
+            event = async {
+                match watcher.as_mut() {
+                    Some(watcher) => watcher.next().await,
                     None => std::future::pending().await,
                 }
-            } => match message {
-                Ok(Some(response)) => {
-                    if response.canceled() {
-                        return Ok(Wake::Look);
-                    }
-                    let deleted: Vec<Vec<u8>> = response
-                        .events()
-                        .iter()
-                        .filter(|event| event.event_type() == EventType::Delete)
-                        .filter_map(|event| {
-                            event.kv().map(|kv| kv.key().to_vec())
-                        })
-                        .collect();
-                    if !deleted.is_empty() {
-                        return Ok(Wake::Deleted(deleted));
-                    }
-                }
-                // The watch ended or broke: watch and look again.
-                Ok(None) | Err(_) => return Ok(Wake::Look),
-            },
+            } => return Ok(Wake::Watched(event)),
             slept = timer.sleep_until(wake_at) => slept.map_err(|e| BackendError::Failed {
                 endpoint: link.endpoints(),
                 reason: format!("timer failed: {e}"),

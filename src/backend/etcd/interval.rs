@@ -1,0 +1,119 @@
+//! `--min-interval` on etcd, by the cluster's clock rather than any host's: a key
+//! `lockrun/NAME/#interval`, attached to a lease as long as the interval, created in a
+//! transaction only if it does not exist. While the key exists NAME ran less than the interval
+//! ago; how long ago is the interval minus what its lease has left.
+//!
+//! The lease is granted with an id chosen here, sent together with the transaction (one round
+//! trip; a transaction that reaches the cluster before the grant is sent again). Leases count in
+//! whole seconds, so the interval is rounded up, and etcd raises a lease shorter than its minimum
+//! (about 1.5 election timeouts, 2 s at its default timing). A new leader restarts every lease's
+//! countdown, so after an election the interval can last up to an election timeout longer: the
+//! error is always towards "too soon", never towards a second run.
+
+use std::time::Duration;
+
+use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse, TxnResponse};
+
+use super::keys::Keys;
+use super::lease::{grant, lease_id, revoke};
+use super::link::{Failure, Link, REQUEST_TIMEOUT};
+use crate::backend::waiting::policy::LEAVE_TIMEOUT;
+use crate::backend::{BackendError, HolderInfo, IntervalClaim, Mode};
+use crate::name::LockName;
+
+/// Records that `name` runs now unless it did less than `interval` ago.
+pub async fn claim(
+    link: &Link,
+    name: &LockName,
+    interval: Duration,
+) -> Result<IntervalClaim, BackendError> {
+    let key = Keys::new(name).interval();
+    // A key found whose lease is gone by the time it is asked about is an interval that ended
+    // just then: once more.
+    for _ in 0..2 {
+        if let Some(claim) = try_claim(link, &key, interval).await? {
+            return Ok(claim);
+        }
+    }
+    Ok(IntervalClaim::TooSoon {
+        ago: Duration::ZERO,
+    })
+}
+
+/// One try; `None` when the key found expired meanwhile.
+async fn try_claim(
+    link: &Link,
+    key: &str,
+    interval: Duration,
+) -> Result<Option<IntervalClaim>, BackendError> {
+    let lease = lease_id()?;
+    let record = HolderInfo::current(None, Mode::Exclusive).encode();
+    let txn = Txn::new()
+        .when([Compare::create_revision(key, CompareOp::Equal, 0)])
+        .and_then([TxnOp::put(
+            key,
+            record,
+            Some(PutOptions::new().with_lease(lease)),
+        )])
+        .or_else([TxnOp::get(key, None)]);
+    let (granted, claimed) = tokio::join!(grant(link, lease, interval), run(link, &txn));
+    let granted = granted?;
+    if granted > interval + Duration::from_secs(1) {
+        crate::debug!(
+            "the cluster raised the --min-interval lease to {}",
+            crate::messages::duration(granted)
+        );
+    }
+    let claimed = match claimed {
+        // The transaction overtook the grant: now the lease exists.
+        Err(failure @ Failure::Answered { .. }) if failure.lease_gone() => run(link, &txn).await,
+        other => other,
+    }?;
+    if claimed.succeeded() {
+        return Ok(Some(IntervalClaim::Claimed));
+    }
+    // Too soon: the lease just granted is not needed.
+    if tokio::time::timeout(LEAVE_TIMEOUT, revoke(link, lease))
+        .await
+        .is_err()
+    {
+        crate::debug!("revoking the unused --min-interval lease took too long");
+    }
+    let last = claimed.op_responses().into_iter().find_map(|op| match op {
+        TxnOpResponse::Get(get) => get.kvs().first().map(|kv| kv.lease()),
+        _ => None,
+    });
+    let Some(last) = last else {
+        return Ok(None);
+    };
+    Ok(ran_ago(link, last)
+        .await?
+        .map(|ago| IntervalClaim::TooSoon { ago }))
+}
+
+/// How long ago the interval lease `id` was granted: its granted TTL minus what it has left
+/// (which etcd gives in whole seconds, rounded down: the lower bound is taken).
+/// `None` when the lease is gone (the interval ended meanwhile).
+async fn ran_ago(link: &Link, id: i64) -> Result<Option<Duration>, BackendError> {
+    let asked = link
+        .call(REQUEST_TIMEOUT, |mut client| async move {
+            client.lease_time_to_live(id, None).await
+        })
+        .await;
+    let (granted, left) = match asked {
+        Ok(answer) => (answer.granted_ttl(), answer.ttl()),
+        // Gone just now: the interval is over.
+        Err(failure @ Failure::Answered { .. }) if failure.lease_gone() => return Ok(None),
+        Err(failure) => return Err(failure.into()),
+    };
+    let seconds = u64::try_from(granted - left.max(0) - 1).unwrap_or(0);
+    Ok(Some(Duration::from_secs(seconds)))
+}
+
+async fn run(link: &Link, txn: &Txn) -> Result<TxnResponse, Failure> {
+    link.call(REQUEST_TIMEOUT, |mut client| {
+        let txn = txn.clone();
+        async move { client.txn(txn).await }
+    })
+    .await
+}
