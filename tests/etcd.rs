@@ -173,3 +173,20 @@ fn tls_with_a_client_certificate_when_the_cluster_asks_for_one() {
     ]));
     assert_eq!(code(&out), 69, "{}", text(&out.stderr));
 }
+
+/// Guards against a waiter that watches only what stands ahead of it losing its turn when the
+/// member it watches through dies: it must watch again through another member and run.
+#[test]
+fn a_waiter_whose_member_dies_watches_again_and_gets_its_turn() {
+    let mut etcd = Etcd::<3>::start();
+    let s = Scene::new(etcd.url());
+    let mut holder = s.hold("failover", "h", &["--ttl", "3s"]);
+    let mut waiter = s.waiter("failover", &["--ttl", "3s"], "touch ran");
+    s.wait_waiters("failover", 1);
+    // Member 0 is the first endpoint: the one both talk to.
+    etcd.kill_member(0);
+    assert_eq!(code(&holder.finish()), 0);
+    let out = waiter.wait(Duration::from_secs(20));
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    assert!(s.path("ran").exists());
+}

@@ -153,3 +153,49 @@ pub fn tokens_rise_across_restarts<F: Fixture>() {
     assert_eq!(tokens.len(), 4);
     assert!(tokens.windows(2).all(|p| p[0] < p[1]), "{tokens:?}");
 }
+
+/// Guards against a semaphore that admits more than its limit, or hands one slot to two runs,
+/// when many wait: three holders and ten waiters on `--limit 3`.
+pub fn limit_three_with_ten_waiters_keeps_exactly_three<F: Fixture>() {
+    let fx = F::start();
+    let s = Scene::new(fx.url());
+    let options = ["--limit", "3", "--ttl", F::TTL];
+    let holders: Vec<_> = ["h0", "h1", "h2"]
+        .iter()
+        .map(|tag| s.hold("pool", tag, &options))
+        .collect();
+    // Each section waits (bounded) until three run, so the peak is reached if allowed.
+    let script = "echo \"+ $LOCKRUN_SLOT\" >> log; i=0; \
+                  while [ $(( $(grep -c + log) - $(grep -c - log) )) -lt 3 ] && [ $i -lt 25 ]; do \
+                  sleep 0.02; i=$((i+1)); done; echo \"- $LOCKRUN_SLOT\" >> log";
+    let mut waiters: Vec<_> = (0..10)
+        .map(|_| s.waiter("pool", &options, script))
+        .collect();
+    let status = s.wait_waiters("pool", 10);
+    assert_eq!(status["holders"].as_array().unwrap().len(), 3, "{status}");
+    for mut holder in holders {
+        assert_eq!(code(&holder.finish()), 0);
+    }
+    for waiter in &mut waiters {
+        let out = waiter.wait(Duration::from_secs(30));
+        assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    }
+    let log = std::fs::read_to_string(s.path("log")).unwrap();
+    let (mut running, mut peak) = (HashSet::new(), 0);
+    for line in log.lines() {
+        let (sign, slot) = line.split_once(' ').unwrap();
+        let slot: u32 = slot.parse().unwrap();
+        assert!(slot < 3, "slot {slot}");
+        if sign == "+" {
+            assert!(
+                running.insert(slot),
+                "slot {slot} given twice at once:\n{log}"
+            );
+        } else {
+            running.remove(&slot);
+        }
+        peak = peak.max(running.len());
+    }
+    assert_eq!(peak, 3, "{log}");
+    assert_eq!(log.lines().count(), 20, "{log}");
+}

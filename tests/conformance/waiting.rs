@@ -235,3 +235,36 @@ pub fn a_frozen_waiters_place_expires_and_is_never_used<F: Fixture>() {
         "the thawed waiter ran on its old place"
     );
 }
+
+/// Guards against a line that loses its order when a waiter in the middle dies without a word
+/// (SIGKILL): the one behind it must still wait for the one ahead (backends that watch only their
+/// predecessor are where a wrong hand-over would show).
+pub fn a_waiter_dying_mid_line_keeps_the_order<F: Fixture>() {
+    let fx = F::start();
+    let s = Scene::new(fx.url());
+    let mut holder = s.hold("mid", "h", &["--ttl", F::TTL]);
+    let section =
+        |tag: &str| format!("echo \"+ {tag}\" >> log; sleep 0.2; echo \"- {tag}\" >> log");
+    let mut first = s.waiter("mid", &["--ttl", F::TTL], &section("a"));
+    s.wait_waiters("mid", 1);
+    let mut dying = s.waiter("mid", &["--ttl", F::TTL], &section("dead"));
+    s.wait_waiters("mid", 2);
+    let mut last = s.waiter("mid", &["--ttl", F::TTL], &section("c"));
+    s.wait_waiters("mid", 3);
+    dying.signal(Signal::SIGKILL);
+    dying.wait(SOON);
+    assert_eq!(code(&holder.finish()), 0);
+    for waiter in [&mut first, &mut last] {
+        let out = waiter.wait(Duration::from_secs(30));
+        assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    }
+    let log = std::fs::read_to_string(s.path("log")).unwrap();
+    let lines: Vec<&str> = log.lines().collect();
+    let expected = if F::FIFO {
+        vec!["+ a", "- a", "+ c", "- c"]
+    } else {
+        lines.clone()
+    };
+    assert_eq!(lines, expected, "{log}");
+    assert!(!log.contains("dead"), "{log}");
+}
