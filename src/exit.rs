@@ -29,6 +29,35 @@ pub const DRILL_FAILED: u8 = 1;
 /// The drill's internal probe writer: the fenced store rejected the write (a stale token).
 pub const PROBE_REJECTED: u8 = 3;
 
+/// The table as users read it (the man page's EXIT STATUS): the status, and what it means.
+pub const TABLE: &[(&str, &str)] = &[
+    ("the command's own", "the command ran and exited"),
+    (
+        "128+N",
+        "the command was killed by signal N (or lockrun got signal N while waiting for the lock)",
+    ),
+    (
+        "64",
+        "usage error: bad option, name, duration, URL, missing command; nothing ran",
+    ),
+    (
+        "69",
+        "backend unreachable or failing before the lock was taken; nothing ran",
+    ),
+    ("70", "internal error"),
+    (
+        "75",
+        "lock not acquired: busy with --no-wait, --wait ran out, superseded, or --min-interval not yet over (see --busy-exit-code)",
+    ),
+    (
+        "76",
+        "the lease was lost while the command ran (renewal failed, lease expired or was broken); the command was stopped",
+    ),
+    ("124", "--timeout ran out; the command was stopped"),
+    ("126", "the command is not executable"),
+    ("127", "the command was not found"),
+];
+
 /// Everything that can end a lockrun invocation early, each kind with its exit status.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

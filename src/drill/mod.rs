@@ -1,6 +1,7 @@
-//! `lockrun drill`: the design document's failure drill — a holder paused past its lease while
-//! another takes over — run against the user's own backend with two real lockrun holders and a
-//! fenced probe store, reported as a timeline and a verdict.
+//! `lockrun drill`: the failure every lease-based lock must survive — a holder paused past its
+//! lease (a stopped VM, a long GC pause) while another takes over, then waking up still believing
+//! it holds the lock — rehearsed on the user's own backend with two real lockrun holders and a
+//! fenced probe store, and reported as a timeline and a verdict.
 //!
 //! `run` drives the steps and records a [`timeline::Timeline`]; [`verdict`] judges it (a pure
 //! function, tested on made-up timelines); `report` prints it; [`probe`] is the fenced store and

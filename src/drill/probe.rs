@@ -1,6 +1,6 @@
 //! The drill's fenced probe store: a file that plays the storage a job writes to, and enforces
-//! fencing the way the design document asks of real storage — a write is accepted only if its
-//! token is at least the highest token accepted so far, and recorded as rejected otherwise.
+//! fencing as real storage should — a write is accepted only if its token is at least the highest
+//! token accepted so far, and recorded as rejected otherwise.
 //!
 //! The file is an append-only journal, one line per attempt: `accepted|rejected BOOT_NS TOKEN
 //! VALUE`, where `BOOT_NS` is the boot clock (system-wide, so every process's lines compare). Each

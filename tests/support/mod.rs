@@ -1,6 +1,6 @@
 //! What the tests share, one job per file: running the real binary ([`lockrun`]), a test's scene
 //! and its holders, waiting with bounds, the backend fixtures and the servers behind them, the
-//! fault proxy, the contract's lease timing, certificates and the machine's prerequisites.
+//! fault proxy, the contract's lease timing, certificates, the machine's prerequisites and the man page.
 
 pub mod asserts;
 pub mod certs;
@@ -9,6 +9,7 @@ pub mod file_dir;
 pub mod fixture;
 pub mod holder;
 pub mod lockrun;
+pub mod manual;
 pub mod postgres_server;
 pub mod proxy;
 pub mod redis_server;
