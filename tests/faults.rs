@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 use crate::support::etcd_cluster::Etcd;
 use crate::support::fixture::Fixture;
 use crate::support::holder::Holder;
+use crate::support::lockrun::output;
 use crate::support::postgres_server::PgServer;
 use crate::support::proxy::{Direction, Proxy};
 use crate::support::redis_server::RedisServer;
@@ -483,6 +484,32 @@ fn keeps_holding(w: &Scene, name: &str, token: u64) {
 }
 
 /// `drills!(module, Fixture)`: one `#[test]` per drill, on that backend.
+/// A reply path slower than the lease (issue 10 item 3): every grant reaches lockrun after the
+/// lease it grants could already have expired on the server. lockrun must never start the command
+/// on such a lease: it gives it back and asks again while `--wait` allows, then exits 76.
+fn late_grant<S: Wire>() {
+    let (_fx, w, proxy, via) = rig::<S>();
+    let ttl: Duration = humantime::parse_duration(TTL).unwrap();
+    proxy.set_delay(Direction::ToClient, ttl + ttl / 5);
+    let out = output(&mut w.cmd_via(
+        &via,
+        [
+            "--name", "late", "--ttl", TTL, "--wait", "4s", "--", "touch", "ran",
+        ],
+    ));
+    assert_eq!(code(&out), 76, "{}", text(&out.stderr));
+    assert!(!w.path("ran").exists(), "a lease granted too late was used");
+    assert!(
+        text(&out.stderr).contains("too late") && !text(&out.stderr).contains("paused"),
+        "{}",
+        text(&out.stderr)
+    );
+    proxy.heal();
+    // Nothing of it is left holding: a direct run gets the name within a lease.
+    let next = w.hold("late", "n", &["--ttl", TTL, "--wait", "10s"]);
+    assert!(next.running());
+}
+
 macro_rules! drills {
     ($module:ident, $server:ty) => {
         drills!(@each $module, $server,
@@ -492,6 +519,7 @@ macro_rules! drills {
             late_release_never_removes_the_next_holder => late_release,
             half_ttl_delay_stops_the_command_early_never_late => half_ttl_delay,
             reset_connections_are_ridden_through_or_stop_the_command_early => reset_under_a_holder,
+            a_grant_that_arrives_after_its_lease_is_never_used => late_grant,
         );
     };
     (@each $module:ident, $server:ty, $($test:ident => $drill:ident),* $(,)?) => {

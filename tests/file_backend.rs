@@ -3,11 +3,12 @@
 //! Everything it shares with the other backends is in the conformance suite.
 
 use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
 
-use crate::support::lockrun::{BIN, output};
+use crate::support::lockrun::{BIN, Proc, output, scrub};
 use crate::support::scene::Scene;
 use crate::support::tools;
-use crate::support::wait::{code, text};
+use crate::support::wait::{code, numbers_in, text};
 
 #[test]
 fn the_fencing_counter_survives_a_reboot_and_a_corrupt_one_runs_nothing() {
@@ -119,4 +120,87 @@ fn a_state_directory_another_user_owns_is_refused_even_through_a_symlink() {
     std::os::unix::fs::symlink(env.state(), &link).unwrap();
     let url = format!("file://{}", link.display());
     env.refuses(&url, "x", 69, "owned by uid 65534");
+}
+
+/// Guards against `--limit 1024`, the documented maximum, failing with "too many open files"
+/// under a small descriptor limit (slot files are tried one at a time).
+#[test]
+fn the_largest_limit_fits_under_a_small_descriptor_limit() {
+    let env = Scene::file();
+    let script = format!(
+        "ulimit -n 64 && exec {BIN} --backend {} --name big --limit 1024 -- sh -c 'echo $LOCKRUN_SLOT'",
+        env.url()
+    );
+    let out = output(std::process::Command::new("sh").args(["-c", &script]));
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "0\n");
+}
+
+/// Guards against a state directory shared by a group (root and a common group, mode 2770)
+/// that a second user cannot use under the usual umask 022: files are made group-writable.
+#[test]
+fn a_group_shared_state_directory_works_for_every_member_under_umask_022() {
+    if !tools::root() {
+        return;
+    }
+    let top = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(top.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let state = top.path().join("shared");
+    std::fs::create_dir(&state).unwrap();
+    nix::unistd::chown(&state, Some(0.into()), Some(65534.into())).unwrap();
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o2770)).unwrap();
+    let url = format!("file://{}", state.display());
+    let as_user = |uid: &str, args: &[&str]| {
+        let script = format!("umask 022 && exec {BIN} --backend {url} {}", args.join(" "));
+        let mut cmd = std::process::Command::new("setpriv");
+        cmd.args([
+            &format!("--reuid={uid}"),
+            "--regid=65534",
+            "--clear-groups",
+            "--",
+        ])
+        .args(["sh", "-c", &script]);
+        scrub(&mut cmd);
+        output(&mut cmd)
+    };
+    for uid in ["0", "65534", "0"] {
+        for mode in ["", "--shared"] {
+            let out = as_user(uid, &["--name", "g", mode, "--", "true"]);
+            assert_eq!(code(&out), 0, "as uid {uid} {mode}: {}", text(&out.stderr));
+        }
+    }
+}
+
+/// Guards against a waiter woken by a release that finds the lock still held and sleeps until
+/// its one-second re-check (issue 10 item 7): 200 handoffs with both sides pinned to one CPU,
+/// none slow.
+#[test]
+fn handoffs_under_cpu_contention_have_no_slow_outlier() {
+    let env = Scene::file();
+    let worker = |tag: &str| {
+        let script = format!(
+            "for i in $(seq 100); do s=$(date +%s%N); \
+             {BIN} --backend {} --name hand --wait 30s -- true || exit 1; \
+             e=$(date +%s%N); echo $(( (e - s) / 1000000 )) >> {tag}.ms; done",
+            env.url()
+        );
+        let mut cmd = std::process::Command::new("taskset");
+        cmd.args(["-c", "0", "sh", "-c", &script])
+            .current_dir(env.dir());
+        scrub(&mut cmd);
+        Proc::spawn(&mut cmd)
+    };
+    let mut workers = [worker("a"), worker("b")];
+    for w in &mut workers {
+        let out = w.wait(Duration::from_secs(120));
+        assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    }
+    let mut times: Vec<u64> = ["a", "b"]
+        .iter()
+        .flat_map(|tag| numbers_in(&env.path(&format!("{tag}.ms"))))
+        .collect();
+    assert_eq!(times.len(), 200);
+    times.sort();
+    let slowest = *times.last().unwrap();
+    assert!(slowest < 700, "a handoff took {slowest} ms: {times:?}");
 }

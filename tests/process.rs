@@ -13,6 +13,7 @@ use crate::support::fixture::Fixture;
 use crate::support::lockrun::{BIN, Proc, scrub};
 use crate::support::redis_server::RedisServer;
 use crate::support::scene::Scene;
+use crate::support::tools;
 use crate::support::wait::{SOON, alive, code, number_in, text, wait_for_file, wait_until};
 
 #[test]
@@ -371,4 +372,107 @@ fn a_command_that_cannot_start_says_why() {
         assert_said(&out, needle);
     }
     assert_eq!(env.status("x")["held"], false);
+}
+
+/// Guards against what the parent-death signal cannot cover (invariant 8): a command that
+/// exec'd a setuid program (the kernel clears the signal then) and a descendant that left the
+/// command's group, both under a lockrun that is SIGKILLed — here as a user who cannot make a
+/// cgroup, so the watchdog must work from what lockrun told it.
+#[test]
+fn a_killed_lockrun_takes_setuid_commands_and_escapees_with_it() {
+    if !tools::root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let suid_sleep = dir.path().join("suid-sleep");
+    std::fs::copy("/bin/sleep", &suid_sleep).unwrap();
+    std::fs::set_permissions(&suid_sleep, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    let script = format!(
+        "{} 60 & echo $! > setuid.pid; setsid sleep 61 & echo $! > escapee.pid; \
+         echo $$ > command.pid; wait",
+        suid_sleep.display()
+    );
+    let mut cmd = std::process::Command::new("setpriv");
+    cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(BIN)
+        .arg("--backend")
+        .arg(format!("file://{}/state", dir.path().display()))
+        .args(["--name", "w", "--", "sh", "-c", &script])
+        .current_dir(dir.path());
+    scrub(&mut cmd);
+    let mut run = Proc::spawn(&mut cmd);
+    let read = |file: &str| -> i32 {
+        wait_for_file(&dir.path().join(file), SOON)
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let (setuid, escapee, command) = (read("setuid.pid"), read("escapee.pid"), read("command.pid"));
+    // The setuid program really runs as root, so the kernel did clear its parent-death signal.
+    assert!(
+        wait_until(SOON, || {
+            std::fs::read_to_string(format!("/proc/{setuid}/status")).is_ok_and(|s| {
+                s.lines()
+                    .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
+            })
+        }),
+        "the setuid copy of sleep does not run as root (a nosuid mount?)"
+    );
+    run.signal(Signal::SIGKILL);
+    run.wait(SOON);
+    for (what, pid) in [
+        ("command", command),
+        ("setuid program", setuid),
+        ("escapee", escapee),
+    ] {
+        assert!(
+            wait_until(Duration::from_secs(2), || !alive(pid)),
+            "the {what} (pid {pid}) outlived the killed lockrun"
+        );
+    }
+}
+
+/// Guards against a command left running on a lease nobody renews (issue 10 item 5): without the
+/// terminal, SIGTSTP to lockrun stops the command while lockrun keeps renewing (here for longer
+/// than the lease), and SIGCONT continues it; the run ends normally.
+#[test]
+fn job_control_without_a_terminal_pauses_the_command_and_keeps_the_lease() {
+    let fx = RedisServer::start();
+    let s = Scene::new(fx.url());
+    let script = "echo $$ > command.pid; i=0; while [ $i -lt 30 ]; do i=$((i+1)); \
+                  echo tick >> ticks; sleep 0.1; done";
+    let mut run = s.spawn(["--name", "tstp", "--ttl", "1s", "--", "sh", "-c", script]);
+    let command = number_in(&s.path("command.pid")) as i32;
+    assert!(wait_until(SOON, || s.path("ticks").exists()));
+    run.signal(Signal::SIGTSTP);
+    assert!(
+        wait_until(SOON, || proc_state(command) == Some('T')),
+        "the command was not stopped"
+    );
+    let ticks = || {
+        std::fs::read_to_string(s.path("ticks"))
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+    let stopped_at = ticks();
+    std::thread::sleep(Duration::from_millis(2500));
+    assert!(proc_state(run.pid()) != Some('T'), "lockrun stopped itself");
+    assert!(ticks() <= stopped_at + 1, "the command ran while stopped");
+    run.signal(Signal::SIGCONT);
+    let out = run.wait(Duration::from_secs(10));
+    assert_eq!(
+        code(&out),
+        0,
+        "the lease was not kept: {}",
+        text(&out.stderr)
+    );
+    assert_eq!(ticks(), 30);
+}
+
+/// A process's state letter, from `/proc/PID/stat`.
+fn proc_state(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
 }
