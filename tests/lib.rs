@@ -5,6 +5,7 @@
 //! - one module per backend for what only that backend has ([`file_backend`], [`redis`],
 //!   [`etcd`], [`postgres`]);
 //! - [`faults`]: lost acknowledgements, late releases, delays and resets through a fault proxy;
+//! - [`readme`]: README.md's examples, run as written;
 //! - [`cli`], [`hostile_input`]: usage errors and fuzzed input; [`process`]: the command's life
 //!   (exit statuses, signals, descendants); [`clocks`]: wall-clock steps; [`drill`]: `lockrun
 //!   drill`; [`generated`]: completions and the man page are not stale;
@@ -23,4 +24,5 @@ mod generated;
 mod hostile_input;
 mod postgres;
 mod process;
+mod readme;
 mod redis;
