@@ -18,7 +18,7 @@ fn passes_with_a_password_that_it_never_prints() {
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert_eq!(code(&out), 0, "{stdout}\n{stderr}");
     assert_hidden(&format!("{stdout}{stderr}"), &["hunter2"]);
-    assert!(stdout.contains("redis://:***@127.0.0.1"), "{stdout}");
+    assert!(stdout.contains("redis://***@127.0.0.1"), "{stdout}");
 }
 
 #[test]

@@ -5,6 +5,7 @@
 use std::time::{Duration, Instant};
 
 use crate::support::fixture::Fixture;
+use crate::support::holder::Holder;
 use crate::support::scene::Scene;
 use crate::support::wait::{SOON, code, text, wait_until};
 
@@ -109,23 +110,15 @@ pub fn readers_share_and_writers_run_alone<F: Fixture>() {
 pub fn a_waiting_writer_goes_before_later_readers<F: Fixture>() {
     let fx = F::start();
     let s = Scene::new(fx.url());
-    let reader = |id: &str, hold: &str| {
-        s.spawn([
-            "--name",
-            "starve",
-            "--shared",
-            "--ttl",
-            F::TTL,
-            "--wait",
-            "60s",
-            "--",
-            "sh",
-            "-c",
-            &section("r", id, hold),
-        ])
-    };
-    let mut first = reader("r1", "1");
-    s.wait_held("starve", 1);
+    let first = "echo \"+ r r1\" >> log; echo $FENCING_TOKEN > r1.token; echo $$ > r1.pid; \
+                 while [ ! -e r1.release ]; do sleep 0.02; done; echo \"- r r1\" >> log";
+    let mut first = Holder::spawn_running(
+        s.holder_cmd(s.url(), "starve", &["--shared", "--ttl", F::TTL]),
+        s.dir(),
+        "r1",
+        first,
+    )
+    .started();
     let mut writer = s.spawn([
         "--name",
         "starve",
@@ -139,9 +132,22 @@ pub fn a_waiting_writer_goes_before_later_readers<F: Fixture>() {
         &section("w", "w1", "0.1"),
     ]);
     s.wait_waiters("starve", 1);
-    let mut late = reader("r2", "0.1");
+    let mut late = s.spawn([
+        "--name",
+        "starve",
+        "--shared",
+        "--ttl",
+        F::TTL,
+        "--wait",
+        "60s",
+        "--",
+        "sh",
+        "-c",
+        &section("r", "r2", "0.1"),
+    ]);
     s.wait_waiters("starve", 2);
-    for run in [&mut first, &mut writer, &mut late] {
+    assert_eq!(code(&first.finish()), 0);
+    for run in [&mut writer, &mut late] {
         let out = run.wait(Duration::from_secs(30));
         assert_eq!(code(&out), 0, "{}", text(&out.stderr));
     }
