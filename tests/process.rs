@@ -476,3 +476,133 @@ fn proc_state(pid: i32) -> Option<char> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     stat.rsplit_once(')')?.1.trim_start().chars().next()
 }
+
+/// Whether lockrun's `-vv` says this system gives the command no cgroup (no cgroup v2, no
+/// permission), which the cgroup tests then cannot check.
+fn no_cgroup_here(stderr: &str) -> bool {
+    stderr.contains("no cgroup for the command")
+}
+
+/// The cgroup of the command's own, as lockrun's `-vv` reports it.
+fn adopted_into(stderr: &str) -> Option<String> {
+    stderr
+        .lines()
+        .find_map(|l| {
+            l.split_once("the command runs in the cgroup ")
+                .map(|(_, d)| d)
+        })
+        .map(|dir| dir.trim().to_owned())
+}
+
+fn cgroup_of(pid: i32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("0::").map(str::to_owned))
+        .unwrap_or_default()
+}
+
+/// Guards the cgroup a long command runs in (invariant 8): a command still running after half a
+/// second is moved, with what it started, into a cgroup of its own that what it forks later
+/// inherits; a short one never pays for the move. After a normal end the cgroup is gone and what
+/// the command left running is back where lockrun runs, still running.
+#[test]
+fn a_long_command_runs_in_a_cgroup_of_its_own_that_goes_with_it() {
+    let env = Scene::file();
+    let short = env.run(["-vv", "--name", "c", "--", "true"]);
+    assert_eq!(code(&short), 0);
+    assert!(
+        adopted_into(&text(&short.stderr)).is_none(),
+        "a short command was moved: {}",
+        text(&short.stderr)
+    );
+    let script = "setsid sleep 30 >/dev/null 2>&1 & echo $! > bg; sleep 1.2; \
+                  cat /proc/self/cgroup > later; cat /proc/$(cat bg)/cgroup > escapee";
+    let out = env.run(["-vv", "--name", "c", "--", "sh", "-c", script]);
+    let background: i32 = number_in(&env.path("bg")) as i32;
+    let guard = scopeguard(background);
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    if no_cgroup_here(&text(&out.stderr)) {
+        eprintln!("no cgroup on this system; skipped");
+        return;
+    }
+    let dir = adopted_into(&text(&out.stderr)).expect("the long command was not moved");
+    let name = std::path::Path::new(&dir)
+        .file_name()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_owned();
+    for file in ["later", "escapee"] {
+        let seen = std::fs::read_to_string(env.path(file)).unwrap();
+        assert!(
+            seen.lines()
+                .any(|l| l.starts_with("0::") && l.ends_with(&name)),
+            "{file} was not in {name}: {seen}"
+        );
+    }
+    assert!(
+        !std::path::Path::new(&dir).exists(),
+        "{dir} was left behind"
+    );
+    assert!(
+        alive(background),
+        "the background process did not keep running"
+    );
+    assert!(
+        !cgroup_of(background).ends_with(&name),
+        "the background process stayed in the removed cgroup"
+    );
+    drop(guard);
+}
+
+/// Kills the left-running background process of a test when the test ends, however it ends.
+fn scopeguard(pid: i32) -> impl Drop {
+    struct Killer(i32);
+    impl Drop for Killer {
+        fn drop(&mut self) {
+            let _ = kill(Pid::from_raw(self.0), Signal::SIGKILL);
+        }
+    }
+    Killer(pid)
+}
+
+/// Guards the gap a look at the process tree leaves (invariant 8): a descendant of a long command
+/// that forks a new session the very moment lockrun is SIGKILLed — too late for any look — dies
+/// with the rest, because the command's cgroup is killed as a whole.
+#[test]
+fn what_a_long_command_forks_as_lockrun_dies_dies_too() {
+    let env = Scene::file();
+    let script = "sleep 1.2; setsid sh -c 'while kill -0 $0 2>/dev/null; do :; done; \
+                  setsid sleep 62 >/dev/null 2>&1 & echo $! > late; sleep 63' $PPID \
+                  >/dev/null 2>&1 & echo $! > spinner; echo ready > ready; wait";
+    let mut run = env.spawn(["-vv", "--name", "k", "--", "sh", "-c", script]);
+    wait_for_file(&env.path("ready"), SOON);
+    let spinner = number_in(&env.path("spinner")) as i32;
+    let _guard = scopeguard(spinner);
+    if no_cgroup_here(&run.stderr_so_far()) {
+        run.signal(Signal::SIGTERM);
+        run.wait(SOON);
+        eprintln!("no cgroup on this system; skipped");
+        return;
+    }
+    assert!(
+        adopted_into(&run.stderr_so_far()).is_some(),
+        "the long command was not moved: {}",
+        run.stderr_so_far()
+    );
+    run.signal(Signal::SIGKILL);
+    run.wait(SOON);
+    assert!(
+        wait_until(Duration::from_secs(2), || !alive(spinner)),
+        "the spinner outlived lockrun"
+    );
+    if let Ok(late) = std::fs::read_to_string(env.path("late")) {
+        let late: i32 = late.trim().parse().unwrap();
+        let _late_guard = scopeguard(late);
+        assert!(
+            wait_until(Duration::from_secs(2), || !alive(late)),
+            "what the spinner forked as lockrun died outlived it"
+        );
+    }
+}

@@ -1,30 +1,36 @@
-//! A cgroup of the command's own, where one can be made: every process the command starts is in
-//! it, whatever it does to its process group or session (`setsid`, double forks), so the
-//! watchdog can kill the whole tree at once (`cgroup.kill`) if lockrun dies.
+//! A cgroup of the command's own, where one can be made: once the command's processes are in
+//! it, every process they start is too, whatever it does to its process group or session
+//! (`setsid`, double forks), so the watchdog can kill the whole tree at once (`cgroup.kill`) if
+//! lockrun dies.
+//!
+//! Moving a process between cgroups costs the kernel a synchronisation that takes milliseconds,
+//! which a command that runs for a moment should not pay. So the command starts in lockrun's own
+//! cgroup, tracked by its process group and by the descendants lockrun sees leave it; only a
+//! command still running after a while is *adopted*: lockrun makes the cgroup on a thread of its
+//! own and moves the command's whole tree into it, looking again until a look finds nobody new
+//! (a process forked during the move is caught by the next look).
 //!
 //! The cgroup is a child of lockrun's own cgroup in the cgroup v2 hierarchy, named
 //! `lockrun-PID`; making it needs write access there (root, or a delegated user slice). Where that
-//! is not possible (no cgroup v2, no permission), lockrun goes without and the watchdog tracks
-//! the command's process group and the descendants lockrun saw leave it. After a normal end,
-//! processes the command left running are moved back to lockrun's cgroup and the directory is
-//! removed, so nothing accumulates.
+//! is not possible (no cgroup v2, no permission), lockrun goes without, and the tracking by group
+//! and escapees goes on. After a normal end, processes the command left running are moved back to
+//! lockrun's cgroup and the directory is removed, so nothing accumulates.
 
-use std::ffi::CString;
 use std::io;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use nix::unistd::Pid;
+
+/// Looks at the command's tree while adopting it, at most: a tree that forks faster than it can
+/// be moved keeps its last newcomers outside (the watchdog still kills them by group or pid).
+const ADOPTION_LOOKS: usize = 5;
 
 /// The command's cgroup.
 pub struct Cgroup {
     dir: PathBuf,
     /// `cgroup.procs` of lockrun's own cgroup, where leftovers go back.
     home_procs: PathBuf,
-    /// `DIR/cgroup.procs`, for the command to join before exec.
-    pub procs: CString,
-    /// `DIR/cgroup.kill`, for the watchdog.
-    pub kill: CString,
-    /// `DIR` itself, for the watchdog to remove once the killed processes are gone.
-    pub path: CString,
 }
 
 impl Cgroup {
@@ -47,31 +53,61 @@ impl Cgroup {
         let home = own_cgroup_dir()?;
         let dir = home.join(format!("lockrun-{pid}"));
         std::fs::create_dir(&dir)?;
-        let path = |name: &str| {
-            CString::new(dir.join(name).as_os_str().as_bytes()).map_err(io::Error::other)
-        };
         let cgroup = Cgroup {
             home_procs: home.join("cgroup.procs"),
-            procs: path("cgroup.procs")?,
-            kill: path("cgroup.kill")?,
-            path: CString::new(dir.as_os_str().as_bytes()).map_err(io::Error::other)?,
             dir,
         };
-        // A cgroup the command could not join (a permission missing on the way) is no use.
-        if let Err(e) = std::fs::OpenOptions::new()
-            .write(true)
-            .open(cgroup.dir.join("cgroup.procs"))
-        {
+        // A cgroup the command cannot be moved into (a permission missing on the way) is no use.
+        if let Err(e) = std::fs::OpenOptions::new().write(true).open(cgroup.procs()) {
             cgroup.remove();
             return Err(e);
         }
         Ok(cgroup)
     }
 
+    /// The cgroup's directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn procs(&self) -> PathBuf {
+        self.dir.join("cgroup.procs")
+    }
+
+    /// Moves every process `members` lists into the cgroup, looking again until a look finds
+    /// nobody new or `stop` is set. Returns the processes that could not be moved and still live.
+    pub fn adopt(&self, members: impl Fn() -> Vec<Pid>, stop: &AtomicBool) -> Vec<Pid> {
+        let procs = self.procs();
+        let mut seen = std::collections::HashSet::new();
+        let mut unmoved = Vec::new();
+        for _ in 0..ADOPTION_LOOKS {
+            let newcomers: Vec<Pid> = members()
+                .into_iter()
+                .filter(|pid| seen.insert(*pid))
+                .collect();
+            if newcomers.is_empty() {
+                break;
+            }
+            for pid in newcomers {
+                if stop.load(Ordering::Relaxed) {
+                    return unmoved;
+                }
+                // A process that exited meanwhile cannot move (ESRCH), nor one this user may not
+                // move (another owner's setuid program).
+                if let Err(e) = std::fs::write(&procs, pid.as_raw().to_string())
+                    && e.raw_os_error() != Some(libc::ESRCH)
+                {
+                    unmoved.push(pid);
+                }
+            }
+        }
+        unmoved
+    }
+
     /// After a normal end: moves what the command left running back to lockrun's cgroup, then
     /// removes the directory (best effort).
     pub fn remove(&self) {
-        if let Ok(procs) = std::fs::read_to_string(self.dir.join("cgroup.procs")) {
+        if let Ok(procs) = std::fs::read_to_string(self.procs()) {
             for pid in procs.split_whitespace() {
                 let _ = std::fs::write(&self.home_procs, pid);
             }

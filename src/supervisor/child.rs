@@ -22,6 +22,10 @@ use nix::unistd::{Pid, getpgrp, getpid, getppid, isatty, tcgetpgrp, tcsetpgrp};
 use super::watchdog::Watchdog;
 use crate::exit::{self, Error};
 
+/// How long the command runs before lockrun moves it into a cgroup of its own (see `cgroup`):
+/// moving costs milliseconds that a short command should not pay.
+const ADOPT_AFTER: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// What to start.
 pub struct Launch<'a> {
     pub program: &'a OsString,
@@ -44,6 +48,7 @@ pub struct Child {
     sole_child: bool,
     /// Stops the command's tree if lockrun dies; only for a sole child.
     watchdog: Option<Watchdog>,
+    started: std::time::Instant,
 }
 
 impl Child {
@@ -70,9 +75,6 @@ impl Child {
                 .ok();
         }
         die_with_parent(&mut command);
-        if let Some(procs) = watchdog.as_ref().and_then(Watchdog::cgroup_procs) {
-            join_cgroup(&mut command, procs.to_owned());
-        }
         if take_terminal {
             // SAFETY: the closure runs in the forked child before exec and only makes
             // async-signal-safe system calls (signal, tcsetpgrp, getpid); it allocates nothing.
@@ -102,26 +104,32 @@ impl Child {
             owns_terminal: take_terminal,
             sole_child: launch.sole_child,
             watchdog,
+            started: std::time::Instant::now(),
         })
     }
 
-    /// Tells the watchdog of descendants that left the command's group, where it cannot see
-    /// them itself (no cgroup). Call on SIGCHLD and now and then while the command runs.
+    /// Tells the watchdog of descendants that left the command's group, until the command runs
+    /// in a cgroup of its own; a command still running after `ADOPT_AFTER` is moved into one.
+    /// Call on SIGCHLD and now and then while the command runs.
     pub fn track_escapees(&mut self) {
         let Some(watchdog) = &mut self.watchdog else {
             return;
         };
-        if watchdog.has_cgroup() {
+        if watchdog.adopted() {
             return;
         }
         for pid in super::descendants::outside(self.group, Some(watchdog.pid())) {
             watchdog.watch_pid(pid);
         }
+        if self.started.elapsed() >= ADOPT_AFTER {
+            watchdog.adopt();
+        }
     }
 
-    /// Whether lockrun must look for escapees now and then (a watchdog without a cgroup).
+    /// Whether lockrun must look at the command's tree now and then (a watchdog whose command
+    /// is not in a cgroup of its own yet).
     pub fn tracks_escapees(&self) -> bool {
-        self.watchdog.as_ref().is_some_and(|w| !w.has_cgroup())
+        self.watchdog.as_ref().is_some_and(|w| !w.adopted())
     }
 
     /// lockrun is ending normally: the watchdog stands down.
@@ -253,23 +261,6 @@ pub fn die_with_parent(command: &mut std::process::Command) {
             nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
             if getppid() != parent {
                 nix::sys::signal::raise(Signal::SIGKILL)?;
-            }
-            Ok(())
-        });
-    }
-}
-
-/// Makes the command join its cgroup before exec: it writes its own pid (`0`) to `procs`. A
-/// command that cannot join still runs; the watchdog then stops it by its process group.
-fn join_cgroup(command: &mut std::process::Command, procs: std::ffi::CString) {
-    // SAFETY: the closure runs in the forked child before exec and only makes async-signal-safe
-    // system calls (open, write, close) on a path prepared before the fork.
-    unsafe {
-        command.pre_exec(move || {
-            let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-            if fd >= 0 {
-                libc::write(fd, c"0".as_ptr().cast(), 1);
-                libc::close(fd);
             }
             Ok(())
         });

@@ -70,6 +70,14 @@ fn living_with_groups(skip: Option<Pid>) -> Vec<(Pid, i32)> {
     found
 }
 
+/// Live descendants of this process, leaving out `skip`.
+pub fn living(skip: Option<Pid>) -> Vec<Pid> {
+    living_with_groups(skip)
+        .into_iter()
+        .map(|(pid, _)| pid)
+        .collect()
+}
+
 /// Whether any descendant of this process but `skip` is still alive.
 pub fn any_alive(skip: Option<Pid>) -> bool {
     !living_with_groups(skip).is_empty()

@@ -252,11 +252,10 @@ pub async fn supervise(
     // exited and must be reaped.
     let mut child_events = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())
         .map_err(|e| Error::internal(format!("cannot watch the command: {e}")))?;
-    // Without a cgroup, the watchdog learns of descendants that leave the command's group from
-    // lockrun's own looks at its tree.
+    // Until the command runs in a cgroup of its own, the watchdog learns of descendants that
+    // leave the command's group from lockrun's own looks at its tree.
     let mut escapee_looks = tokio::time::interval(ESCAPEE_LOOK);
     escapee_looks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let tracks_escapees = child.tracks_escapees();
     // Without the terminal, job-control signals sent to lockrun are passed to the command, and
     // lockrun itself never stops: the command is never left running on an unrenewed lease.
     let mut job_control = match child.owns_terminal() {
@@ -298,7 +297,7 @@ pub async fn supervise(
                 child.reap_orphans();
                 child.track_escapees();
             }
-            _ = escapee_looks.tick(), if tracks_escapees => child.track_escapees(),
+            _ = escapee_looks.tick(), if child.tracks_escapees() => child.track_escapees(),
             Some(signal) = async { job_control.as_mut().expect("guarded by the condition").next().await }, if job_control.is_some() => {
                 // A continue after a stop longer than the lease must not wake the command: the
                 // next look at the clock kills it.

@@ -7,64 +7,82 @@
 //! the watchdog, which keeps only the read end of a pipe: every other descriptor is closed at
 //! once, so it never keeps the lock, a backend connection or the terminal. lockrun keeps the
 //! write end (close-on-exec, so the command never has it) and writes to it what the watchdog must
-//! stop: the command's process group, and — where there is no cgroup of the command's own — each
-//! descendant lockrun saw leave that group. When lockrun ends normally it writes "disarm" and the
-//! watchdog exits quietly (background processes a command leaves behind after a normal end keep
-//! running, as with `flock`). When the pipe closes without that, lockrun is gone: the watchdog
-//! kills the cgroup (`cgroup.kill`), or the group and every pid it was told of, and exits.
+//! stop: the command's process group, each descendant lockrun saw leave that group, and, once a
+//! command that runs for a while has been adopted into a cgroup of its own (see `cgroup`), that
+//! cgroup — after which escapees need not be told. When lockrun ends normally it writes "disarm"
+//! and the watchdog exits quietly (background processes a command leaves behind after a normal
+//! end keep running, as with `flock`). When the pipe closes without that, lockrun is gone: the
+//! watchdog kills the cgroup (`cgroup.kill`), the group and every pid it was told of, and exits.
 //!
 //! After the fork the watchdog runs only async-signal-safe system calls on its own stack — no
 //! allocation, no locks — since lockrun may have had other threads.
 //!
 //! What remains possible: a SIGKILL of the watchdog itself (then lockrun runs on as before, with
-//! only the parent-death signal), and, without a cgroup, a descendant that leaves the command's
-//! group and escapes in the moment between lockrun's last look (every 100 ms, and on every
-//! SIGCHLD) and lockrun's death.
+//! only the parent-death signal), and, before adoption or without a cgroup, a descendant that
+//! leaves the command's group and escapes in the moment between lockrun's last look (every
+//! 100 ms, and on every SIGCHLD) and lockrun's death.
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use nix::unistd::Pid;
 
 use super::cgroup::Cgroup;
 
-/// Message tags on the pipe; each message is a tag and a pid (`i32`, native endian).
+/// Message tags on the pipe; each message is a tag and a pid (`i32`, native endian). A cgroup
+/// message carries the length of the cgroup's path instead, and the path follows.
 const TAG_GROUP: u8 = b'g';
 const TAG_PID: u8 = b'p';
+const TAG_CGROUP: u8 = b'c';
+/// The command's tree is in the cgroup: the pids told so far can be forgotten.
+const TAG_ADOPTED: u8 = b'a';
 const TAG_DISARM: u8 = b'd';
 const MESSAGE: usize = 5;
 /// Pids the watchdog can remember (escapees are rare; more are dropped, never overflow).
 const MAX_PIDS: usize = 4096;
+/// The longest cgroup path the watchdog takes: a message and its path go in one write no longer
+/// than `PIPE_BUF`, so that it never interleaves with the main thread's messages.
+const MAX_CGROUP_PATH: usize = 4000;
+/// What the watchdog appends to the cgroup's path to kill it.
+const CGROUP_KILL: &[u8] = b"/cgroup.kill\0";
 
 /// lockrun's end of the watchdog.
 pub struct Watchdog {
     pid: Pid,
-    pipe: OwnedFd,
-    cgroup: Option<Cgroup>,
+    pipe: Arc<OwnedFd>,
     told: std::collections::HashSet<i32>,
+    adoption: Option<Adoption>,
+}
+
+/// The command's move into a cgroup of its own, on a thread of its own.
+struct Adoption {
+    thread: std::thread::JoinHandle<Option<Cgroup>>,
+    /// Set by lockrun when it ends: stop moving processes.
+    stop: Arc<AtomicBool>,
+    /// Set by the thread once the tree is in the cgroup.
+    done: Arc<AtomicBool>,
 }
 
 impl Watchdog {
     /// Forks the watchdog. Call before the command is spawned, after the lock is held.
     pub fn start() -> io::Result<Watchdog> {
-        let cgroup = Cgroup::create(std::process::id());
         let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
-        let paths = cgroup.as_ref().map(|c| (c.kill.as_ptr(), c.path.as_ptr()));
         // SAFETY: the child runs only `watch`, which makes async-signal-safe system calls on its
         // own stack and never returns (it ends with `_exit`); the parent continues normally.
         match unsafe { nix::unistd::fork() }? {
             nix::unistd::ForkResult::Child => {
-                // SAFETY: as above; `kill_path` points into `cgroup`, which the child's copy of
-                // the address space keeps alive.
-                unsafe { watch(read.as_raw_fd(), paths) }
+                // SAFETY: as above.
+                unsafe { watch(read.as_raw_fd()) }
             }
             nix::unistd::ForkResult::Parent { child } => {
                 drop(read);
                 Ok(Watchdog {
                     pid: child,
-                    pipe: write,
-                    cgroup,
+                    pipe: Arc::new(write),
                     told: std::collections::HashSet::new(),
+                    adoption: None,
                 })
             }
         }
@@ -75,43 +93,105 @@ impl Watchdog {
         self.pid
     }
 
-    /// Whether the command runs in a cgroup of its own (then escapees need not be reported).
-    pub fn has_cgroup(&self) -> bool {
-        self.cgroup.is_some()
+    /// Whether the command's tree is in a cgroup of its own (then escapees need not be told).
+    pub fn adopted(&self) -> bool {
+        self.adoption
+            .as_ref()
+            .is_some_and(|a| a.done.load(Ordering::Acquire))
     }
 
-    /// The path the command writes its pid to before exec, to join its cgroup.
-    pub fn cgroup_procs(&self) -> Option<&std::ffi::CStr> {
-        self.cgroup.as_ref().map(|c| c.procs.as_c_str())
+    /// Starts moving the command's tree into a cgroup of its own, on a thread (once; where the
+    /// system allows no cgroup, nothing changes).
+    pub fn adopt(&mut self) {
+        if self.adoption.is_some() {
+            return;
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let done = Arc::new(AtomicBool::new(false));
+        let (pipe, skip) = (Arc::clone(&self.pipe), self.pid);
+        let (thread_stop, thread_done) = (Arc::clone(&stop), Arc::clone(&done));
+        let thread = std::thread::Builder::new()
+            .name("lockrun-adopt".into())
+            .spawn(move || adopt_tree(&pipe, skip, &thread_stop, &thread_done));
+        match thread {
+            Ok(thread) => self.adoption = Some(Adoption { thread, stop, done }),
+            Err(e) => crate::debug!("cannot adopt the command into a cgroup: {e}"),
+        }
     }
 
     /// Tells the watchdog the command's process group.
     pub fn watch_group(&mut self, group: Pid) {
-        self.send(TAG_GROUP, group.as_raw());
+        send(&self.pipe, TAG_GROUP, group.as_raw());
     }
 
     /// Tells the watchdog a descendant that left the command's group (once per pid).
     pub fn watch_pid(&mut self, pid: Pid) {
-        if self.cgroup.is_none() && self.told.insert(pid.as_raw()) {
-            self.send(TAG_PID, pid.as_raw());
-        }
-    }
-
-    fn send(&self, tag: u8, pid: i32) {
-        let mut message = [0u8; MESSAGE];
-        message[0] = tag;
-        message[1..].copy_from_slice(&pid.to_ne_bytes());
-        if let Err(e) = nix::unistd::write(&self.pipe, &message) {
-            crate::debug!("cannot tell the watchdog: {}", e.desc());
+        if !self.adopted() && self.told.insert(pid.as_raw()) {
+            send(&self.pipe, TAG_PID, pid.as_raw());
         }
     }
 
     /// lockrun is ending normally: the watchdog exits without stopping anything, and what the
     /// command left running leaves its cgroup.
     pub fn disarm(self) {
-        self.send(TAG_DISARM, 0);
-        if let Some(cgroup) = &self.cgroup {
+        let cgroup = self.adoption.and_then(|adoption| {
+            adoption.stop.store(true, Ordering::Relaxed);
+            adoption.thread.join().ok().flatten()
+        });
+        send(&self.pipe, TAG_DISARM, 0);
+        if let Some(cgroup) = cgroup {
             cgroup.remove();
+        }
+    }
+}
+
+/// The adoption thread: makes the cgroup, tells the watchdog, moves the tree, then tells the
+/// watchdog to forget the pids it was told (and re-tells those that could not move).
+fn adopt_tree(pipe: &OwnedFd, skip: Pid, stop: &AtomicBool, done: &AtomicBool) -> Option<Cgroup> {
+    let cgroup = Cgroup::create(std::process::id())?;
+    if !send_cgroup(pipe, cgroup.dir()) {
+        cgroup.remove();
+        return None;
+    }
+    let unmoved = cgroup.adopt(|| super::descendants::living(Some(skip)), stop);
+    if stop.load(Ordering::Relaxed) {
+        return Some(cgroup);
+    }
+    send(pipe, TAG_ADOPTED, 0);
+    for pid in unmoved {
+        send(pipe, TAG_PID, pid.as_raw());
+    }
+    done.store(true, Ordering::Release);
+    crate::debug!("the command runs in the cgroup {}", cgroup.dir().display());
+    Some(cgroup)
+}
+
+fn send(pipe: &OwnedFd, tag: u8, pid: i32) {
+    let mut message = [0u8; MESSAGE];
+    message[0] = tag;
+    message[1..].copy_from_slice(&pid.to_ne_bytes());
+    if let Err(e) = nix::unistd::write(pipe, &message) {
+        crate::debug!("cannot tell the watchdog: {}", e.desc());
+    }
+}
+
+/// Tells the watchdog the cgroup's directory, in one write; false if it cannot.
+fn send_cgroup(pipe: &OwnedFd, dir: &std::path::Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let path = dir.as_os_str().as_bytes();
+    if path.len() > MAX_CGROUP_PATH || path.contains(&0) {
+        crate::debug!("the cgroup path is too long for the watchdog; going without");
+        return false;
+    }
+    let mut message = Vec::with_capacity(MESSAGE + path.len());
+    message.push(TAG_CGROUP);
+    message.extend_from_slice(&(path.len() as i32).to_ne_bytes());
+    message.extend_from_slice(path);
+    match nix::unistd::write(pipe, &message) {
+        Ok(n) if n == message.len() => true,
+        result => {
+            crate::debug!("cannot tell the watchdog the cgroup: {result:?}");
+            false
         }
     }
 }
@@ -122,7 +202,7 @@ impl Watchdog {
 /// # Safety
 /// Runs in a freshly forked child of a possibly multi-threaded process: it must only make
 /// async-signal-safe calls, allocate nothing, and never return.
-unsafe fn watch(pipe: RawFd, cgroup: Option<(*const libc::c_char, *const libc::c_char)>) -> ! {
+unsafe fn watch(pipe: RawFd) -> ! {
     // SAFETY (whole body): plain system calls on values owned by this stack frame.
     unsafe {
         for signal in [
@@ -144,42 +224,33 @@ unsafe fn watch(pipe: RawFd, cgroup: Option<(*const libc::c_char, *const libc::c
         let mut group: i32 = 0;
         let mut pids = [0i32; MAX_PIDS];
         let mut count = 0usize;
+        // The cgroup's path, then room for `/cgroup.kill` and the terminating NUL.
+        let mut cgroup = [0u8; MAX_CGROUP_PATH + CGROUP_KILL.len()];
+        let mut cgroup_len = 0usize;
         let mut message = [0u8; MESSAGE];
-        let mut filled = 0usize;
-        loop {
-            let n = libc::read(
-                pipe,
-                message.as_mut_ptr().add(filled).cast(),
-                MESSAGE - filled,
-            );
-            if n < 0 {
-                if *libc::__errno_location() == libc::EINTR {
-                    continue;
-                }
-                break;
-            }
-            if n == 0 {
-                break;
-            }
-            filled += n as usize;
-            if filled < MESSAGE {
-                continue;
-            }
-            filled = 0;
-            let pid = i32::from_ne_bytes([message[1], message[2], message[3], message[4]]);
+        while read_exactly(pipe, &mut message) {
+            let value = i32::from_ne_bytes([message[1], message[2], message[3], message[4]]);
             match message[0] {
                 TAG_DISARM => libc::_exit(0),
-                TAG_GROUP => group = pid,
+                TAG_GROUP => group = value,
                 TAG_PID if count < MAX_PIDS => {
-                    pids[count] = pid;
+                    pids[count] = value;
                     count += 1;
+                }
+                TAG_ADOPTED => count = 0,
+                TAG_CGROUP if value > 0 && value as usize <= MAX_CGROUP_PATH => {
+                    if !read_exactly(pipe, &mut cgroup[..value as usize]) {
+                        break;
+                    }
+                    cgroup_len = value as usize;
                 }
                 _ => {}
             }
         }
         // lockrun is gone without disarming: stop everything the command started.
-        if let Some((kill, _)) = cgroup {
-            let fd = libc::open(kill, libc::O_WRONLY | libc::O_CLOEXEC);
+        if cgroup_len > 0 {
+            cgroup[cgroup_len..cgroup_len + CGROUP_KILL.len()].copy_from_slice(CGROUP_KILL);
+            let fd = libc::open(cgroup.as_ptr().cast(), libc::O_WRONLY | libc::O_CLOEXEC);
             if fd >= 0 {
                 libc::write(fd, c"1".as_ptr().cast(), 1);
                 libc::close(fd);
@@ -194,13 +265,14 @@ unsafe fn watch(pipe: RawFd, cgroup: Option<(*const libc::c_char, *const libc::c
             }
         }
         // The cgroup can go once the killed processes are gone (a second at most).
-        if let Some((_, dir)) = cgroup {
+        if cgroup_len > 0 {
+            cgroup[cgroup_len] = 0;
             let pause = libc::timespec {
                 tv_sec: 0,
                 tv_nsec: 10_000_000,
             };
             for _ in 0..100 {
-                if libc::rmdir(dir) == 0 {
+                if libc::rmdir(cgroup.as_ptr().cast()) == 0 {
                     break;
                 }
                 libc::nanosleep(&pause, std::ptr::null_mut());
@@ -208,6 +280,36 @@ unsafe fn watch(pipe: RawFd, cgroup: Option<(*const libc::c_char, *const libc::c
         }
         libc::_exit(0)
     }
+}
+
+/// Fills `buffer` from `pipe`; false at end of file or on an error.
+///
+/// # Safety
+/// Async-signal-safe; for the forked watchdog only.
+unsafe fn read_exactly(pipe: RawFd, buffer: &mut [u8]) -> bool {
+    let mut filled = 0usize;
+    while filled < buffer.len() {
+        // SAFETY: reads into the unfilled rest of `buffer`, which this frame borrows mutably.
+        let n = unsafe {
+            libc::read(
+                pipe,
+                buffer.as_mut_ptr().add(filled).cast(),
+                buffer.len() - filled,
+            )
+        };
+        if n < 0 {
+            // SAFETY: errno is thread-local and always readable.
+            if unsafe { *libc::__errno_location() } == libc::EINTR {
+                continue;
+            }
+            return false;
+        }
+        if n == 0 {
+            return false;
+        }
+        filled += n as usize;
+    }
+    true
 }
 
 /// Closes every descriptor but `keep`, so the watchdog holds no lock, connection or terminal.
