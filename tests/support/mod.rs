@@ -9,6 +9,7 @@ pub mod file_dir;
 pub mod fixture;
 pub mod holder;
 pub mod lockrun;
+pub mod mysql_server;
 pub mod postgres_server;
 pub mod proxy;
 pub mod redis_server;

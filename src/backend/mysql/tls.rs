@@ -1,6 +1,7 @@
 //! The TLS options for URLs that ask for TLS: rustls on the `ring` provider (no system C
 //! library), trusting only the `ssl-ca` file or, without one, the system's roots (never a list
-//! compiled into the binary), and checking as much of the server's certificate as `ssl-mode` says.
+//! compiled into the binary), and checking the server's certificate — chain and host name — unless
+//! `ssl-mode=REQUIRED` asked for encryption alone.
 
 use mysql_async::SslOpts;
 
@@ -35,7 +36,6 @@ pub fn options(tls: &Tls) -> Result<Option<SslOpts>, BackendError> {
         SslOpts::default()
             .with_root_certs(trusted)
             .with_disable_built_in_roots(true)
-            .with_danger_skip_domain_validation(*check != Check::Identity)
             .with_danger_accept_invalid_certs(*check == Check::Nothing),
     ))
 }
