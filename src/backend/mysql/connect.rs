@@ -223,9 +223,15 @@ impl Link {
                     if MISSING.contains(&e.code) && !created {
                         created = true;
                         crate::debug!("creating lockrun's tables in {}", self.database);
-                        let made = self.create_schema(lent.conn()).await;
-                        *slot = lent.give_back();
-                        made?;
+                        match self.create_schema(lent.conn()).await {
+                            Ok(()) => *slot = lent.give_back(),
+                            Err(Failure::Server(e)) => {
+                                *slot = lent.give_back();
+                                return Err(Failure::Server(e));
+                            }
+                            // `lent` is dropped: the connection goes.
+                            Err(failure) => return Err(failure),
+                        }
                     } else if retry && RETRY.contains(&e.code) && retries < RETRIES {
                         retries += 1;
                         *slot = lent.give_back();

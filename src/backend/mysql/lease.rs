@@ -105,7 +105,11 @@ impl Lease for MySqlLease {
     }
 
     async fn release(self: Box<Self>) -> Result<(), BackendError> {
-        if let Some(conn) = self.listening.lock().await.conn.take() {
+        // The supervisor dropped the listening future before releasing; an idle listening
+        // connection is closed, never waited for.
+        if let Ok(mut listening) = self.listening.try_lock()
+            && let Some(conn) = listening.conn.take()
+        {
             discard(conn);
         }
         let sql = self.link.sql().release(&self.name, &self.owner);
