@@ -258,6 +258,16 @@ impl Link {
             .and_then(facts_of);
         match facts {
             Some(facts) => {
+                crate::debug!(
+                    "connected to {} {} on {} (session {})",
+                    match facts.flavor {
+                        Flavor::MySql => "MySQL",
+                        Flavor::MariaDb => "MariaDB",
+                    },
+                    facts.version,
+                    self.endpoint,
+                    facts.connection_id
+                );
                 if !facts.present {
                     crate::debug!("the session's wake-up lock is still held by an earlier one");
                 }
