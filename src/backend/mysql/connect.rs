@@ -44,6 +44,19 @@ const INTERRUPTED: u16 = 1317;
 /// Interrupted, or `ER_LOCK_DEADLOCK`: worth trying again at once.
 const RETRY: [u16; 2] = [INTERRUPTED, 1213];
 
+/// How a request is retried, and whether its connection survives a server's error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// Statements that each commit, or a procedure that rolls back what it began: the connection
+    /// is clean after an error; an interruption or a deadlock is tried again.
+    Statement,
+    /// A waiter's sleep: tried once; an interruption is its wake-up.
+    Sleep,
+    /// Statements in one explicit transaction: after an error the connection goes; an
+    /// interruption or a deadlock is tried again on a fresh one.
+    Transaction,
+}
+
 /// One statement's results: each result set's rows, and the rows the last statement affected.
 #[derive(Debug, Default)]
 pub struct Reply {
@@ -162,14 +175,21 @@ impl Link {
     /// Runs `sql` on the main connection, giving up after `limit`; creates lockrun's tables first
     /// if they are missing, and tries again after a stray interruption or a deadlock.
     pub async fn query(&self, limit: Duration, sql: &str) -> Result<Reply, BackendError> {
-        self.within(limit, self.run(sql, true)).await
+        self.within(limit, self.run(sql, Kind::Statement)).await
+    }
+
+    /// [`Link::query`] for statements that open a transaction of their own: a server error may
+    /// leave it open, so the connection is then dropped (the server rolls back) instead of
+    /// reused.
+    pub async fn transaction(&self, limit: Duration, sql: &str) -> Result<Reply, BackendError> {
+        self.within(limit, self.run(sql, Kind::Transaction)).await
     }
 
     /// Runs a waiter's sleep (see [`Statements::wait`]) on the main connection; `Ok` however it
     /// ended — slept, woken (`KILL QUERY`) or not needed — and `Err` when the connection failed.
     pub async fn sleep(&self, limit: Duration, sql: &str) -> Result<(), BackendError> {
         let sleeping = async {
-            match self.run(sql, false).await {
+            match self.run(sql, Kind::Sleep).await {
                 Err(Failure::Server(e)) if e.code == INTERRUPTED => Ok(()),
                 other => other.map(drop),
             }
@@ -202,9 +222,8 @@ impl Link {
         }
     }
 
-    /// One request on the main connection; with `retry`, interruptions and deadlocks are tried
-    /// again.
-    async fn run(&self, sql: &str, retry: bool) -> Result<Reply, Failure> {
+    /// One request on the main connection.
+    async fn run(&self, sql: &str, kind: Kind) -> Result<Reply, Failure> {
         let mut slot = self.main.lock().await;
         let mut created = false;
         let mut retries = 0;
@@ -232,12 +251,15 @@ impl Link {
                             // `lent` is dropped: the connection goes.
                             Err(failure) => return Err(failure),
                         }
-                    } else if retry && RETRY.contains(&e.code) && retries < RETRIES {
-                        retries += 1;
-                        *slot = lent.give_back();
                     } else {
-                        *slot = lent.give_back();
-                        return Err(Failure::Server(e));
+                        // A transaction the error left open goes with its connection.
+                        if kind != Kind::Transaction {
+                            *slot = lent.give_back();
+                        }
+                        if kind == Kind::Sleep || !RETRY.contains(&e.code) || retries >= RETRIES {
+                            return Err(Failure::Server(e));
+                        }
+                        retries += 1;
                     }
                 }
                 // `lent` is dropped: the connection goes.
@@ -357,7 +379,9 @@ fn server_reason(e: &ServerError) -> String {
     }
 }
 
-/// Sends `sql` and reads every result set it produces.
+/// Sends `sql` and reads every result set it produces. An error of a statement after the first
+/// one is reported only by `drop_result` (the client library reads it ahead and keeps it for
+/// the next query otherwise, which would then get this query's error): it is always called.
 async fn exchange(conn: &mut Conn, sql: &str) -> mysql_async::Result<Reply> {
     let mut result = conn.query_iter(sql).await?;
     let mut reply = Reply::default();
@@ -366,6 +390,7 @@ async fn exchange(conn: &mut Conn, sql: &str) -> mysql_async::Result<Reply> {
         reply.affected = result.affected_rows();
         reply.sets.push(rows);
         if result.is_empty() {
+            result.drop_result().await?;
             return Ok(reply);
         }
     }

@@ -2,8 +2,14 @@
 //! in its own transaction), leaving the line (which also drops a hold a lost answer may have
 //! given), and the doorbell (a sleep on the waiter's own connection that a release interrupts;
 //! see [`super::doorbell`]). The waiting itself is the shared engine's.
+//!
+//! The first try of a run takes the fast path (see [`super::sql::Statements::fast_acquire`]):
+//! every lockrun is a new session, and a session loads and parses a procedure the first time it
+//! calls it, which costs more than the try itself. The fast path applies only to a name without
+//! any lease or waiter row; otherwise the procedure decides.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -32,6 +38,7 @@ pub async fn open(settings: &Settings) -> Result<Box<dyn Backend>, BackendError>
         link: Arc::new(link),
         shown: settings.shown().to_owned(),
         turns: Arc::new(Mutex::new(HashMap::new())),
+        tried: AtomicBool::new(false),
     }))))
 }
 
@@ -41,6 +48,8 @@ pub struct MySql {
     shown: String,
     /// What each waiter's last try saw, for its doorbell.
     turns: Turns,
+    /// Whether a try was made already: only the first may take the fast path.
+    tried: AtomicBool,
 }
 
 /// The value in column `i` of `row`, or an "unexpected answer" error.
@@ -84,12 +93,26 @@ impl Line for MySql {
             shared: request.mode == Mode::Shared,
             supersede: request.supersede,
         };
-        let reply = self
-            .link
-            .query(REQUEST_TIMEOUT, &self.link.sql().acquire(&t))
-            .await?;
-        let row = single(&self.link, &reply)?;
         let link = &*self.link;
+        if !self.tried.swap(true, Ordering::Relaxed) {
+            let reply = link
+                .transaction(REQUEST_TIMEOUT, &link.sql().fast_acquire(&t))
+                .await?;
+            let row = reply
+                .sets
+                .last()
+                .and_then(|rows| rows.first())
+                .ok_or_else(|| unexpected(link))?;
+            if cell::<i64>(link, row, 0)? == 1 {
+                return Ok(Attempt::Taken(Taken {
+                    token: cell(link, row, 1)?,
+                    slot: 0,
+                    ttl: Duration::from_millis(millis(request.ttl)),
+                }));
+            }
+        }
+        let reply = link.query(REQUEST_TIMEOUT, &link.sql().acquire(&t)).await?;
+        let row = single(link, &reply)?;
         if cell::<i64>(link, &row, 0)? == 1 {
             self.turns_lock().remove(&ticket.owner);
             return Ok(Attempt::Taken(Taken {

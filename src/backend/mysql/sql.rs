@@ -102,6 +102,41 @@ impl Statements {
         )
     }
 
+    /// The first try's fast path, without the procedure (which each new session must load and
+    /// parse first): one transaction that takes slot 0 (or a shared hold) only when the name has
+    /// no lease row and no waiter row at all, and otherwise changes nothing but `max_limit`. Its
+    /// last result set is one row, `free, token`; when `free` is 0 the procedure decides. The
+    /// names row is locked first, as everywhere. A statement of it that fails leaves the
+    /// transaction open: the connection must then be dropped, not reused.
+    pub fn fast_acquire(&self, t: &Try<'_>) -> String {
+        let name = binary(t.name);
+        format!(
+            "START TRANSACTION; \
+             INSERT INTO {names} (name, max_limit) VALUES ({name}, {limit}) \
+             ON DUPLICATE KEY UPDATE max_limit = GREATEST(max_limit, {limit}); \
+             SET @lockrun_free = NOT EXISTS (SELECT 1 FROM {leases} WHERE name = {name}) \
+             AND NOT EXISTS (SELECT 1 FROM {waiters} WHERE name = {name}); \
+             UPDATE {names} SET token = GREATEST(token + 1, \
+             TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))) \
+             WHERE name = {name} AND @lockrun_free; \
+             INSERT INTO {leases} (name, owner, slot, token, holder, bell, expires_at) \
+             SELECT name, {owner}, {slot}, token, {holder}, {bell}, \
+             UTC_TIMESTAMP(6) + INTERVAL {ttl_us} MICROSECOND \
+             FROM {names} WHERE name = {name} AND @lockrun_free; \
+             COMMIT; \
+             SELECT @lockrun_free, token FROM {names} WHERE name = {name}",
+            names = self.table("names"),
+            leases = self.table("leases"),
+            waiters = self.table("waiters"),
+            limit = t.limit.max(1),
+            owner = binary(t.owner),
+            slot = if t.shared { "NULL" } else { "0" },
+            holder = text(t.holder),
+            bell = binary(t.bell),
+            ttl_us = millis(t.ttl) * 1000,
+        )
+    }
+
     /// Extends `owner`'s hold by `ttl` from now, only while it has not expired; one row is
     /// affected when it was extended.
     pub fn renew(&self, name: &str, owner: &str, ttl: Duration) -> String {
@@ -249,7 +284,16 @@ mod tests {
             "CALL `jobs_acquire_v1`(X'612f62', X'30306666', X'31316565', 1500, 1, \
              _utf8mb4 X'7b22706964223a317d', 3000, 1, 0)"
         );
+        let fast = sql.fast_acquire(&t);
+        assert!(
+            fast.starts_with("START TRANSACTION; INSERT INTO `jobs_names`"),
+            "{fast}"
+        );
+        // A shared hold has no slot; the lease lasts exactly what the procedure would grant.
+        assert!(fast.contains("X'30306666', NULL, token"), "{fast}");
+        assert!(fast.contains("INTERVAL 1500000 MICROSECOND"), "{fast}");
         let all = [
+            fast,
             sql.renew("n", "o", Duration::from_secs(2)),
             sql.wait("n", "o", 3, Duration::from_millis(900)),
             sql.listen("n", "o", Duration::from_secs(3)),
@@ -265,12 +309,12 @@ mod tests {
             assert!(!s.contains('"'), "{s}");
         }
         assert!(
-            all[0].contains("INTERVAL 2000000 MICROSECOND"),
+            all[1].contains("INTERVAL 2000000 MICROSECOND"),
             "{}",
-            all[0]
+            all[1]
         );
-        assert!(all[1].contains("rung = 3") && all[1].contains("SLEEP(0.900000)"));
+        assert!(all[2].contains("rung = 3") && all[2].contains("SLEEP(0.900000)"));
         // A prefix is compared as bytes: `_` and `%` are plain characters.
-        assert!(all[4].contains("LEFT(name, 2) = X'635f'"), "{}", all[4]);
+        assert!(all[5].contains("LEFT(name, 2) = X'635f'"), "{}", all[5]);
     }
 }
