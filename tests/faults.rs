@@ -1,4 +1,4 @@
-//! Fault drills for the networked backends (Redis, etcd, PostgreSQL), through the fault proxy of
+//! Fault drills for the networked backends (Redis, etcd, PostgreSQL, MySQL), through the fault proxy of
 //! `support::proxy`, against real servers started per test, driving the real `lockrun` binary.
 //!
 //! One test per backend and drill:
@@ -30,6 +30,7 @@ use crate::support::etcd_cluster::Etcd;
 use crate::support::fixture::Fixture;
 use crate::support::holder::Holder;
 use crate::support::lockrun::output;
+use crate::support::mysql_server::MySqlServer;
 use crate::support::postgres_server::PgServer;
 use crate::support::proxy::{Direction, Proxy};
 use crate::support::redis_server::RedisServer;
@@ -114,6 +115,28 @@ impl Wire for PgServer {
 
     fn release_request(&self, _name: &str, _holder: &Holder) -> Vec<u8> {
         b"AND slot = $2 AND owner = $3 RETURNING name".to_vec()
+    }
+}
+
+impl Wire for MySqlServer {
+    fn warm_up(&self, s: &Scene) {
+        // Creates the tables and procedures: the first statement on a fresh server finds none.
+        let out = s.run(["--name", "warm-up", "--", "true"]);
+        assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    }
+
+    // Every statement travels as text (one round trip, no prepared statements). A run's first
+    // try on a free name is the fast path, a transaction of plain statements.
+    fn acquire_request(&self, _name: &str) -> Vec<u8> {
+        b"SET @lockrun_free = NOT EXISTS".to_vec()
+    }
+
+    fn renew_request(&self, _name: &str, _holder: &Holder) -> Vec<u8> {
+        b"UPDATE `lockrun_leases` SET expires_at".to_vec()
+    }
+
+    fn release_request(&self, _name: &str, _holder: &Holder) -> Vec<u8> {
+        b"CALL `lockrun_release_v1`(".to_vec()
     }
 }
 
@@ -538,6 +561,7 @@ macro_rules! drills {
 drills!(on_redis, RedisServer);
 drills!(on_etcd, Etcd<1>);
 drills!(on_postgres, PgServer);
+drills!(on_mysql, MySqlServer);
 
 /// The proxy's faults, against a local echo server that records what it received.
 mod proxy_faults {

@@ -65,6 +65,7 @@ const URL_PIECES: &[&str] = &[
     "rediss://",
     "etcd://",
     "postgres://",
+    "mysql://",
     "ftp://",
     "://",
     ":",
@@ -94,6 +95,8 @@ const URL_PIECES: &[&str] = &[
     "\n",
     "sslmode=",
     "lockrun_schema=",
+    "lockrun_table_prefix=",
+    "ssl-mode=",
     "cacert=",
     "é",
 ];
@@ -107,6 +110,7 @@ const SCHEMES: &[&str] = &[
     "etcd://",
     "postgres://",
     "postgresql://",
+    "mysql://",
     "file://",
     "ftp://",
     "",
@@ -131,6 +135,7 @@ const REST_PIECES: &[&str] = &[
     "@",
     "%",
     "sslmode=require",
+    "ssl-mode=REQUIRED",
     "cacert=",
 ];
 

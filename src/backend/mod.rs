@@ -8,6 +8,7 @@
 mod api;
 mod etcd;
 mod file;
+mod mysql;
 mod postgres;
 mod redis;
 mod spec;

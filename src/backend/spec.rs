@@ -12,12 +12,12 @@ use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
 
-use super::{Backend, BackendError, etcd, file, postgres, redis};
+use super::{Backend, BackendError, etcd, file, mysql, postgres, redis};
 
 pub use super::url::redact;
 
 /// The schemes lockrun knows, for messages.
-const SCHEMES: &str = "file, redis, rediss, etcd, postgres or postgresql";
+const SCHEMES: &str = "file, redis, rediss, etcd, postgres, postgresql or mysql";
 
 /// What every backend's settings offer, once parsed.
 #[async_trait]
@@ -56,6 +56,8 @@ pub enum BackendSpec {
     Etcd(Box<etcd::Settings>),
     /// A PostgreSQL server.
     Postgres(Box<postgres::Settings>),
+    /// A MySQL or MariaDB server.
+    MySql(Box<mysql::Settings>),
 }
 
 impl BackendSpec {
@@ -74,6 +76,7 @@ impl BackendSpec {
             Some("postgres" | "postgresql") => {
                 postgres::Settings::parse(raw).map(|s| BackendSpec::Postgres(Box::new(s)))
             }
+            Some("mysql") => mysql::Settings::parse(raw).map(|s| BackendSpec::MySql(Box::new(s))),
             Some(other) => {
                 // A scheme of no backend: how it writes credentials is unknown, so nothing after
                 // it shows.
@@ -100,6 +103,7 @@ impl BackendSpec {
             BackendSpec::Redis(s) => &**s,
             BackendSpec::Etcd(s) => &**s,
             BackendSpec::Postgres(s) => &**s,
+            BackendSpec::MySql(s) => &**s,
         }
     }
 
@@ -175,6 +179,10 @@ mod tests {
             BackendSpec::Etcd(_)
         ));
         assert!(BackendSpec::parse("postgresql://u@h/db").is_ok());
+        assert!(matches!(
+            BackendSpec::parse("mysql://u:p@h:3307/db").unwrap(),
+            BackendSpec::MySql(_)
+        ));
     }
 
     #[test]
@@ -191,6 +199,8 @@ mod tests {
             "etcd://u:hunter2@h:1?cert=/c.pem",
             "postgres://u:hunter2@h/db?sslmode=bogus",
             "postgres://u:hunter2@h/db?nosuch=1",
+            "mysql://u:hunter2@h",
+            "mysql://u:hunter2@h/db?ssl-mode=bogus",
             "nonsense",
             "u:hunter2@h",
         ] {
@@ -212,6 +222,7 @@ mod tests {
             "postgres://h/db?user=x&password=***"
         );
         assert_eq!(shown("file:///x"), "file:///x");
+        assert_eq!(shown("mysql://app:pw@h/db"), "mysql://app:***@h/db");
         assert!(BackendSpec::parse("redis://:pw@h").unwrap().has_secret());
         assert!(!BackendSpec::parse("redis://h").unwrap().has_secret());
     }

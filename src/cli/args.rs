@@ -39,7 +39,10 @@ pub struct Cli {
     /// Backend URL: file:///DIR (one host, no server), redis://[USER:PASS@]HOST[:PORT][/DB],
     /// rediss://… (TLS), etcd://[USER:PASS@]HOST:PORT[,HOST:PORT…][?cacert=CA.pem] (TLS with
     /// cacert, plus cert= and key= for client certificates), postgres://… or postgresql://…
-    /// (sslmode=require for TLS; lockrun_schema=NAME picks the schema of lockrun's tables)
+    /// (sslmode=require for TLS; lockrun_schema=NAME picks the schema of lockrun's tables),
+    /// mysql://USER[:PASS]@HOST[:PORT]/DB for MySQL 8 or MariaDB 10.6+ (ssl-mode=REQUIRED,
+    /// VERIFY_CA or VERIFY_IDENTITY and ssl-ca=PATH for TLS; lockrun_table_prefix=NAME names
+    /// lockrun's tables)
     ///
     /// Default: file:// with a per-user state directory that survives reboots (/var/lib/lockrun for
     /// root, else $XDG_STATE_HOME/lockrun or ~/.local/state/lockrun). Passwords in the URL are never

@@ -24,8 +24,9 @@ fn keys(value: &Value) -> Vec<&str> {
     keys
 }
 
-/// Guards against `status` and `list` drifting from the contract's JSON, showing a released name,
-/// mixing up nested names, or reading a prefix as a pattern.
+/// Guards against `status` and `list` drifting from the contract's JSON (plus the line of waiters,
+/// `queue`, and each holder's `mode`: issues 15 and 16), showing a released name, mixing up
+/// nested names, or reading a prefix as a pattern.
 pub fn status_and_list_show_the_contract_shape<F: Fixture>() {
     let fx = F::start();
     let s = Scene::new(fx.url());
@@ -60,6 +61,7 @@ pub fn status_and_list_show_the_contract_shape<F: Fixture>() {
     assert_eq!(h["token"], holder.token());
     assert_eq!(h["pid"], holder.process.pid());
     assert_eq!(h["note"], "deploy #42");
+    assert_eq!(h["mode"], "exclusive");
     assert_eq!(h["slot"], 0);
     assert!(h["host"].as_str().is_some_and(|s| !s.is_empty()), "{h}");
     assert!(h["user"].as_str().is_some_and(|s| !s.is_empty()), "{h}");

@@ -10,6 +10,7 @@ pub mod fixture;
 pub mod holder;
 pub mod lockrun;
 pub mod manual;
+pub mod mysql_server;
 pub mod postgres_server;
 pub mod proxy;
 pub mod redis_server;

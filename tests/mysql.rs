@@ -1,0 +1,418 @@
+//! What only the `mysql://` backend has, against a real MariaDB: its tables and procedures
+//! (created once under concurrent first use, relocated by `lockrun_table_prefix=`), TLS with the
+//! `mysql` client's `ssl-mode`s, a client that loses its connection mid-lease, a lease row forced
+//! out by another session, a restart ridden through, wake-ups that reach only the waiter whose
+//! turn it is, one connection per waiter, the modes of issues 15 and 16 (`--shared`,
+//! `--supersede`, `--min-interval` by the server's clock), and the durability warning.
+//! Everything it shares with the other backends is in the conformance suite.
+
+use std::time::{Duration, Instant};
+
+use crate::support::asserts::assert_said;
+use crate::support::certs::Certificates;
+use crate::support::fixture::Fixture;
+use crate::support::lockrun::{Proc, output};
+use crate::support::mysql_server::{DATABASE, MySqlServer};
+use crate::support::scene::Scene;
+use crate::support::tools;
+use crate::support::wait::{SOON, code, numbers_in, text, wait_until};
+
+/// Sessions connected to the tests' database, other than the one asking.
+fn sessions(server: &MySqlServer) -> usize {
+    server
+        .sql(&format!(
+            "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
+             WHERE DB = '{DATABASE}' AND ID <> CONNECTION_ID()"
+        ))
+        .parse()
+        .expect("a count")
+}
+
+#[test]
+fn concurrent_first_use_creates_the_tables_once_without_errors() {
+    let server = MySqlServer::start();
+    let s = Scene::new(server.url());
+    let mut runs: Vec<Proc> = (0..6)
+        .map(|i| {
+            let name = format!("first{}", i % 3);
+            // No progress lines: creating the tables may take a second on a loaded machine.
+            s.spawn([
+                "--name",
+                &name,
+                "--wait",
+                "20s",
+                "--progress",
+                "0",
+                "--",
+                "true",
+            ])
+        })
+        .collect();
+    for run in &mut runs {
+        let out = run.wait(Duration::from_secs(20));
+        assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+        assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
+    }
+    let objects = server.sql(&format!(
+        "SELECT (SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = '{DATABASE}'), \
+         (SELECT COUNT(*) FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = '{DATABASE}')"
+    ));
+    assert_eq!(objects, "3\t7", "tables and procedures");
+    assert_eq!(
+        server.sql(&format!("SELECT COUNT(*) FROM {DATABASE}.lockrun_names")),
+        "3"
+    );
+}
+
+#[test]
+fn the_table_prefix_can_be_chosen_and_is_validated() {
+    let server = MySqlServer::start();
+    let s = Scene::new(format!("{}?lockrun_table_prefix=jobs_", server.url()));
+    let out = s.run(["--name", "p", "--", "true"]);
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    assert_eq!(
+        server.sql(&format!("SELECT COUNT(*) FROM {DATABASE}.jobs_names")),
+        "1"
+    );
+    let default = server.sql(&format!(
+        "SELECT COUNT(*) FROM information_schema.TABLES \
+         WHERE TABLE_SCHEMA = '{DATABASE}' AND TABLE_NAME LIKE 'lockrun%'"
+    ));
+    assert_eq!(default, "0", "the default prefix was used too");
+    // A bad prefix is a usage error, judged before connecting.
+    let bad = format!("{}?lockrun_table_prefix=Bad%60Name", server.url());
+    s.refuses(&bad, "p", 64, "lockrun_table_prefix");
+}
+
+#[test]
+fn tls_follows_the_ssl_modes_of_the_mysql_client() {
+    if !tools::openssl() {
+        return;
+    }
+    let certs = Certificates::make();
+    let server = MySqlServer::with_tls(certs.dir());
+    // A user that may only log in over TLS proves that the connection is encrypted.
+    server.sql("CREATE USER 'tls'@'%' REQUIRE SSL; GRANT ALL ON *.* TO 'tls'@'%'");
+    let url = |host: &str, query: &str| {
+        format!("mysql://tls@{host}:{}/{DATABASE}?{query}", server.port())
+    };
+    let ca = certs.file("ca.crt");
+    let s = Scene::new(url(
+        "127.0.0.1",
+        &format!("ssl-mode=VERIFY_IDENTITY&ssl-ca={}", ca.display()),
+    ));
+    let out = s.run(["--name", "tls", "--", "true"]);
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    // Without TLS the user is refused: the run above was encrypted.
+    s.refuses(
+        &url("127.0.0.1", "ssl-mode=DISABLED"),
+        "tls",
+        69,
+        "access denied",
+    );
+    // REQUIRED encrypts without checking the certificate, as the mysql client does.
+    let out = output(&mut s.cmd_via(
+        &url("127.0.0.1", "ssl-mode=REQUIRED"),
+        ["--name", "tls", "--", "true"],
+    ));
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    // A verifying mode checks the chain: the system's roots do not vouch for the test authority.
+    s.refuses(
+        &url("127.0.0.1", "ssl-mode=VERIFY_CA"),
+        "tls",
+        69,
+        "certificate",
+    );
+    // And the host name, VERIFY_CA too: the server also listens on 127.0.0.2, which its
+    // certificate does not name.
+    for mode in ["VERIFY_CA", "VERIFY_IDENTITY"] {
+        let other = url(
+            "127.0.0.2",
+            &format!("ssl-mode={mode}&ssl-ca={}", ca.display()),
+        );
+        s.refuses(&other, "tls", 69, "not valid for name");
+    }
+}
+
+#[test]
+fn a_brief_restart_is_ridden_through() {
+    let mut server = MySqlServer::start();
+    let s = Scene::new(server.url());
+    // Renewals every 500 ms with a 4 s lease: a restart of about a second is well inside it.
+    let mut holder = s.hold("ride", "h", &["--ttl", "4s", "--renew", "500ms"]);
+    server.restart(false);
+    let back = server.sql("SELECT UTC_TIMESTAMP(6)");
+    // A renewal reached the restarted server: the lease now ends more than 3.5 s after it was back.
+    let renewed = wait_until(SOON, || {
+        server.sql(&format!(
+            "SELECT COUNT(*) FROM {DATABASE}.lockrun_leases WHERE name = 'ride' \
+             AND expires_at > '{back}' + INTERVAL 3500000 MICROSECOND"
+        )) == "1"
+    });
+    assert!(renewed, "no renewal after the restart");
+    assert!(holder.command_alive(), "the command was stopped");
+    let out = holder.finish();
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    assert_eq!(s.status("ride")["holders"], serde_json::json!([]));
+}
+
+/// Guards against a holder whose connection is cut by the server (an idle-connection reaper, a
+/// failover proxy, `KILL`) losing its lease: the next renewal reconnects and extends the row.
+#[test]
+fn a_holder_whose_connection_is_killed_reconnects_and_keeps_the_lease() {
+    let server = MySqlServer::start();
+    let s = Scene::new(server.url());
+    let mut holder = s.hold("cut", "h", &["--ttl", "3s", "-vv"]);
+    let token = holder.token();
+    let before = holder.renewals().len();
+    let killed = server.sql(&format!(
+        "SELECT GROUP_CONCAT(ID) FROM information_schema.PROCESSLIST \
+         WHERE DB = '{DATABASE}' AND ID <> CONNECTION_ID()"
+    ));
+    assert!(!killed.is_empty() && killed != "NULL", "no session to kill");
+    for id in killed.split(',') {
+        server.sql(&format!("KILL CONNECTION {id}"));
+    }
+    // Two renewals after the cut (one a full TTL after it would have ended a lost lease).
+    assert!(
+        wait_until(Duration::from_secs(5), || holder.renewals().len()
+            >= before + 4),
+        "no renewals after the cut: {}",
+        holder.process.stderr_so_far()
+    );
+    assert!(holder.command_alive(), "the command was stopped");
+    let status = s.status("cut");
+    assert_eq!(status["holders"][0]["token"], token, "{status}");
+    assert_eq!(code(&holder.finish()), 0);
+}
+
+/// Guards against a holder that keeps running after its row was deleted or taken over by another
+/// session, and against its release removing the row that replaced it.
+#[test]
+fn a_lease_row_forced_out_by_another_session_stops_the_holder() {
+    let server = MySqlServer::start();
+    let s = Scene::new(server.url());
+    let mut deleted = s.hold("gone", "a", &["--ttl", "2s"]);
+    server.sql(&format!(
+        "DELETE FROM {DATABASE}.lockrun_leases WHERE name = 'gone'"
+    ));
+    let out = deleted.process.wait(SOON);
+    assert_eq!(code(&out), 76, "{}", text(&out.stderr));
+    assert_said(&out, "gone or has another holder");
+
+    let mut replaced = s.hold("taken", "b", &["--ttl", "2s"]);
+    server.sql(&format!(
+        "UPDATE {DATABASE}.lockrun_leases SET owner = 'someone-else', \
+         expires_at = UTC_TIMESTAMP(6) + INTERVAL 1 HOUR WHERE name = 'taken'"
+    ));
+    let out = replaced.process.wait(SOON);
+    assert_eq!(code(&out), 76, "{}", text(&out.stderr));
+    assert_eq!(
+        server.sql(&format!(
+            "SELECT owner FROM {DATABASE}.lockrun_leases WHERE name = 'taken'"
+        )),
+        "someone-else",
+        "the stale holder's release removed the row that replaced it"
+    );
+}
+
+/// Guards against a release waking the whole line (a herd): only the waiter whose turn it is
+/// is woken (its wake-up count rises); the others sleep on.
+#[test]
+fn a_release_wakes_only_the_waiter_whose_turn_it_is() {
+    let server = MySqlServer::start();
+    let s = Scene::new(server.url());
+    let mut holder = s.hold("herd", "h", &["--ttl", "10s"]);
+    let mut waiters = Vec::new();
+    for i in 0..4 {
+        waiters.push(s.waiter(
+            "herd",
+            &["--ttl", "10s"],
+            &format!("echo {i} >> ran; sleep 0.3"),
+        ));
+        s.wait_waiters("herd", i + 1);
+    }
+    let rungs = || {
+        server.sql(&format!(
+            "SELECT COALESCE(SUM(rung), 0) FROM {DATABASE}.lockrun_waiters WHERE name = 'herd'"
+        ))
+    };
+    assert_eq!(rungs(), "0");
+    assert_eq!(code(&holder.finish()), 0);
+    // The first waiter runs; the three behind it were not woken.
+    assert!(wait_until(SOON, || s.path("ran").exists()));
+    assert_eq!(s.status("herd")["waiters"], 3);
+    assert_eq!(rungs(), "0", "a release woke waiters whose turn it was not");
+    for waiter in &mut waiters {
+        assert_eq!(code(&waiter.wait(SOON)), 0);
+    }
+    assert_eq!(numbers_in(&s.path("ran")), [0, 1, 2, 3]);
+}
+
+/// Guards against a waiter that needs more than its one connection (issue 17's connection
+/// budget): a holder has its own plus, once its command has run a moment, a listening one.
+#[test]
+fn a_waiter_uses_one_connection() {
+    let server = MySqlServer::start();
+    let s = Scene::new(server.url());
+    let mut holder = s.hold("budget", "h", &["--ttl", "10s"]);
+    assert!(
+        wait_until(SOON, || sessions(&server) == 2),
+        "the holder has {} sessions",
+        sessions(&server)
+    );
+    let mut waiters: Vec<Proc> = (0..3)
+        .map(|_| s.waiter("budget", &["--ttl", "10s"], "true"))
+        .collect();
+    s.wait_waiters("budget", 3);
+    assert!(
+        wait_until(SOON, || sessions(&server) == 5),
+        "three waiters and a holder have {} sessions",
+        sessions(&server)
+    );
+    assert_eq!(code(&holder.finish()), 0);
+    for waiter in &mut waiters {
+        assert_eq!(code(&waiter.wait(SOON)), 0);
+    }
+}
+
+/// Guards against readers that exclude each other, and a writer starved by readers that came
+/// after it (issue 16): three readers hold together, a writer waits for them, a reader that
+/// arrives after the writer waits behind it, and tokens rise in the order the holds began.
+#[test]
+fn readers_share_and_a_waiting_writer_goes_first() {
+    let server = MySqlServer::start();
+    let s = Scene::new(server.url());
+    let mut readers: Vec<_> = (0..3)
+        .map(|i| s.hold("rw", &format!("r{i}"), &["--shared", "--ttl", "5s"]))
+        .collect();
+    let status = s.wait_held("rw", 3);
+    assert!(
+        status["holders"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|h| h["mode"] == "shared" && h["slot"] == 0),
+        "{status}"
+    );
+    let mut writer = s.waiter(
+        "rw",
+        &["--ttl", "5s"],
+        "echo $FENCING_TOKEN w >> order; sleep 0.2",
+    );
+    s.wait_waiters("rw", 1);
+    let mut late = s.waiter(
+        "rw",
+        &["--shared", "--ttl", "5s"],
+        "echo $FENCING_TOKEN r >> order",
+    );
+    let status = s.wait_waiters("rw", 2);
+    assert_eq!(status["queue"][0]["mode"], "exclusive", "{status}");
+    assert_eq!(status["queue"][1]["mode"], "shared", "{status}");
+    for reader in &mut readers {
+        assert_eq!(code(&reader.finish()), 0);
+    }
+    assert_eq!(code(&writer.wait(SOON)), 0);
+    assert_eq!(code(&late.wait(SOON)), 0);
+    let order = std::fs::read_to_string(s.path("order")).unwrap();
+    let runs: Vec<(u64, &str)> = order
+        .lines()
+        .map(|l| {
+            let (token, who) = l.split_once(' ').unwrap();
+            (token.parse().unwrap(), who)
+        })
+        .collect();
+    assert_eq!(
+        runs.iter().map(|r| r.1).collect::<Vec<_>>(),
+        ["w", "r"],
+        "{order}"
+    );
+    assert!(runs[0].0 < runs[1].0, "{order}");
+    assert!(
+        readers.iter().all(|r| r.token() < runs[0].0),
+        "the writer's token is not above the readers'"
+    );
+}
+
+/// Guards against an older `--supersede` waiter that keeps waiting, or learns of a newer one
+/// only at its next re-check (issue 15): with three queued, the two older ones exit with the busy
+/// code promptly, naming the newer one, and only the newest runs.
+#[test]
+fn only_the_newest_superseding_waiter_runs() {
+    let server = MySqlServer::start();
+    let s = Scene::new(server.url());
+    let mut holder = s.hold("deploy", "h", &["--ttl", "10s"]);
+    let mut older = Vec::new();
+    for i in 0..2 {
+        older.push(s.waiter(
+            "deploy",
+            &["--supersede", "--note", &format!("build {i}")],
+            &format!("touch ran{i}"),
+        ));
+        s.wait_waiters("deploy", 1);
+    }
+    // The second superseded the first already.
+    let out = older[0].wait(SOON);
+    assert_eq!(code(&out), 75, "{}", text(&out.stderr));
+    let mut newest = s.waiter(
+        "deploy",
+        &["--supersede", "--note", "build 2"],
+        "touch ran2",
+    );
+    let joined = Instant::now();
+    let out = older[1].wait(SOON);
+    let after = joined.elapsed();
+    assert_eq!(code(&out), 75, "{}", text(&out.stderr));
+    assert_said(&out, "superseded by");
+    assert_said(&out, "build 2");
+    assert!(
+        after < Duration::from_secs(1),
+        "superseded only after {after:?}"
+    );
+    assert_eq!(code(&holder.finish()), 0);
+    assert_eq!(code(&newest.wait(SOON)), 0);
+    assert!(s.path("ran2").exists());
+    assert!(!s.path("ran0").exists() && !s.path("ran1").exists());
+}
+
+/// Guards against `--min-interval` trusting the hosts' clocks (issue 15): two hosts whose clocks
+/// are 5 s ahead and 5 s behind both try a once-a-minute job; exactly one runs, because the
+/// server's clock decides.
+#[test]
+fn min_interval_is_judged_by_the_servers_clock() {
+    let Some(library) = tools::libfaketime() else {
+        return;
+    };
+    let server = MySqlServer::start();
+    let s = Scene::new(server.url());
+    let mut ran = 0;
+    for (skew, tag) in [("+5s", "ahead"), ("-5s", "behind")] {
+        let mut cmd = s.cmd(["--name", "cron", "--min-interval", "1m", "--", "touch", tag]);
+        cmd.env("LD_PRELOAD", &library).env("FAKETIME", skew);
+        let out = output(&mut cmd);
+        match code(&out) {
+            0 => ran += 1,
+            75 => assert_said(&out, "ago"),
+            other => panic!("{skew}: exit {other}: {}", text(&out.stderr)),
+        }
+    }
+    assert_eq!(ran, 1, "a once-a-minute job ran {ran} times");
+}
+
+/// Guards against a server whose commits are not flushed at once going unmentioned (issue 13):
+/// with `-v`, lockrun names the settings once; without it, nothing is said.
+#[test]
+fn weak_durability_settings_are_named_once_with_v() {
+    let server = MySqlServer::start();
+    let s = Scene::new(server.url());
+    let out = s.run(["-v", "--name", "d", "--", "true"]);
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    assert_eq!(
+        stderr.matches("innodb_flush_log_at_trx_commit=2").count(),
+        1,
+        "{stderr}"
+    );
+    let out = s.run(["--name", "d", "--", "true"]);
+    assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
+}

@@ -1,0 +1,367 @@
+//! A private MariaDB server per test (Debian's `mariadb-server`; never the system service): a copy
+//! of an initialised data directory in a temporary directory, `mariadbd` on a free loopback port
+//! with its socket beside it, ready when it sends its greeting (polled, never a fixed sleep),
+//! killed on drop. When the tests run as root, the server runs with `--user=root`.
+//!
+//! `mariadb-install-db` takes seconds, so it runs once into a template under the build's
+//! temporary directory (`target/tmp`), kept between runs for the same server version, and each
+//! test copies the template (about 20 MB with the small InnoDB files set here). Speed over
+//! durability: `innodb_flush_log_at_trx_commit = 2` still survives a crash of the server process,
+//! which is all the tests do to it.
+//!
+//! It can be killed (SIGKILL), paused (SIGSTOP), and restarted on the same port with its data —
+//! or, wiping, with lockrun's rows deleted, as a restore from an old backup would leave them.
+
+use std::io::Read;
+use std::net::TcpStream;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+use super::fixture::{Counter, Fixture, free_port};
+use super::proxy::Proxy;
+use super::wait::{text, wait_until};
+
+/// The database the tests' URLs name.
+pub const DATABASE: &str = "lockrun_test";
+/// The user a password-protected server's clients log in as.
+const APP_USER: &str = "app";
+
+/// The InnoDB files kept small, for `mariadb-install-db` and `mariadbd` alike.
+const SMALL: &[&str] = &[
+    "--innodb-log-file-size=4M",
+    "--innodb-data-file-path=ibdata1:4M:autoextend",
+    "--innodb-autoextend-increment=1",
+    "--innodb-undo-tablespaces=0",
+    "--innodb-buffer-pool-size=32M",
+    "--innodb-doublewrite=0",
+    "--innodb-flush-log-at-trx-commit=2",
+    "--skip-log-bin",
+    "--skip-name-resolve",
+];
+
+/// A running `mariadbd` owned by one test.
+pub struct MySqlServer {
+    port: u16,
+    password: Option<String>,
+    /// The directory holding `ca.crt`, `server.crt` and `server.key`, for a server that also
+    /// accepts TLS.
+    tls: Option<PathBuf>,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl MySqlServer {
+    /// Starts a server whose root user needs no password.
+    pub fn start() -> Self {
+        Self::start_with(None, None)
+    }
+
+    /// Starts a server that also accepts TLS, with the certificates in `certs` (see
+    /// `support::certs`).
+    pub fn with_tls(certs: &Path) -> Self {
+        Self::start_with(None, Some(certs.to_owned()))
+    }
+
+    fn start_with(password: Option<String>, tls: Option<PathBuf>) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        copy_dir(template(), &dir.path().join("data"));
+        let mut server = MySqlServer {
+            port: 0,
+            password: None,
+            tls,
+            dir,
+            child: None,
+        };
+        // Another process may take the port between probing and binding: try a few.
+        let mut started = false;
+        for _ in 0..5 {
+            server.port = free_port();
+            if server.launch() {
+                started = true;
+                break;
+            }
+        }
+        assert!(started, "mariadbd did not start; log:\n{}", server.log());
+        server.sql(&format!("CREATE DATABASE {DATABASE}"));
+        if let Some(password) = &password {
+            server.sql(&format!(
+                "CREATE USER '{APP_USER}'@'%' IDENTIFIED BY '{password}'; \
+                 GRANT ALL ON {DATABASE}.* TO '{APP_USER}'@'%'"
+            ));
+        }
+        server.password = password;
+        server
+    }
+
+    /// Spawns the server on `self.port` and waits until it greets clients; false if it exited.
+    fn launch(&mut self) -> bool {
+        let root = self.dir.path();
+        let mut cmd = Command::new(mariadbd());
+        cmd.arg("--no-defaults")
+            .arg(format!("--datadir={}", root.join("data").display()))
+            .arg(format!("--socket={}", root.join("mysqld.sock").display()))
+            .arg(format!("--pid-file={}", root.join("mysqld.pid").display()))
+            .arg(format!("--log-error={}", root.join("mysqld.log").display()))
+            .arg(format!("--port={}", self.port))
+            // A TLS server also listens on 127.0.0.2, an address its certificate does not name.
+            .arg(match self.tls {
+                Some(_) => "--bind-address=127.0.0.1,127.0.0.2",
+                None => "--bind-address=127.0.0.1",
+            })
+            .args(SMALL)
+            .args([
+                "--innodb-temp-data-file-path=ibtmp1:1M:autoextend",
+                "--innodb-use-native-aio=0",
+                "--innodb-buffer-pool-load-at-startup=0",
+                "--innodb-buffer-pool-dump-at-shutdown=0",
+                "--performance-schema=0",
+                "--max-connections=400",
+                "--table-open-cache=200",
+                "--key-buffer-size=1M",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0);
+        if let Some(certs) = &self.tls {
+            cmd.arg(format!("--ssl-ca={}", certs.join("ca.crt").display()))
+                .arg(format!("--ssl-cert={}", certs.join("server.crt").display()))
+                .arg(format!("--ssl-key={}", certs.join("server.key").display()));
+        }
+        if nix::unistd::geteuid().is_root() {
+            cmd.arg("--user=root");
+        }
+        let mut child = cmd.spawn().expect("spawn mariadbd");
+        let port = self.port;
+        let ready = wait_until(Duration::from_secs(30), || {
+            child.try_wait().ok().flatten().is_some() || greets(port)
+        });
+        if !ready || child.try_wait().ok().flatten().is_some() {
+            let _ = child.kill();
+            let _ = child.wait();
+            return false;
+        }
+        self.child = Some(child);
+        true
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The URL for a client connecting on `port` (the server's own, or a proxy's).
+    pub fn url_on(&self, port: u16) -> String {
+        match &self.password {
+            Some(password) => {
+                format!("mysql://{APP_USER}:{password}@127.0.0.1:{port}/{DATABASE}")
+            }
+            None => format!("mysql://root@127.0.0.1:{port}/{DATABASE}"),
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("mysqld.log")).unwrap_or_default()
+    }
+
+    fn pid(&self) -> Pid {
+        Pid::from_raw(self.child.as_ref().expect("server running").id() as i32)
+    }
+
+    /// Runs SQL through the `mariadb` client as root, over the server's socket.
+    pub fn client(&self, sql: &str) -> Output {
+        Command::new("mariadb")
+            .arg("--no-defaults")
+            .arg(format!(
+                "--socket={}",
+                self.dir.path().join("mysqld.sock").display()
+            ))
+            .args(["-uroot", "--batch", "--skip-column-names", "-e", sql])
+            .output()
+            .expect("run the mariadb client")
+    }
+
+    /// The client's output for `sql`, trimmed; fails the test if it failed.
+    pub fn sql(&self, sql: &str) -> String {
+        let out = self.client(sql);
+        assert!(
+            out.status.success(),
+            "mariadb failed on {sql:?}: {}",
+            text(&out.stderr)
+        );
+        text(&out.stdout).trim().to_owned()
+    }
+
+    /// Kills the server (SIGKILL: no shutdown, crash recovery on restart).
+    fn kill_server(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let pid = Pid::from_raw(child.id() as i32);
+            let _ = kill(pid, Signal::SIGKILL);
+            let _ = kill(pid, Signal::SIGCONT);
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Fixture for MySqlServer {
+    fn start() -> Self {
+        MySqlServer::start()
+    }
+
+    fn with_password(password: &str) -> Option<Self> {
+        Some(Self::start_with(Some(password.to_owned()), None))
+    }
+
+    fn url(&self) -> String {
+        self.url_on(self.port)
+    }
+
+    fn url_at(authority: &str) -> String {
+        format!("mysql://{authority}/{DATABASE}")
+    }
+
+    fn malformed() -> Vec<(String, String)> {
+        vec![
+            ("mysql://u:hunter2@127.0.0.1:1".into(), "no database".into()),
+            (
+                format!("mysql://u:hunter2@127.0.0.1:1/{DATABASE}?ssl-mode=sometimes"),
+                "ssl-mode".into(),
+            ),
+            (
+                format!("mysql://u:hunter2@127.0.0.1:1/{DATABASE}?lockrun_table_prefix=X-"),
+                "lockrun_table_prefix".into(),
+            ),
+        ]
+    }
+
+    fn proxied(&self) -> Option<(Proxy, String)> {
+        Some(Proxy::in_front_of(self.port, |port| self.url_on(port)))
+    }
+
+    fn kill(&mut self) {
+        self.kill_server();
+    }
+
+    fn pause(&self) {
+        kill(self.pid(), Signal::SIGSTOP).expect("SIGSTOP mariadbd");
+    }
+
+    fn resume(&self) {
+        kill(self.pid(), Signal::SIGCONT).expect("SIGCONT mariadbd");
+    }
+
+    /// A crash and a start on the same port with the same data; wiping, lockrun's rows are then
+    /// deleted (its token counters with them), as a restore from an old backup would leave them.
+    fn restart(&mut self, wipe: bool) {
+        self.kill_server();
+        assert!(
+            self.launch(),
+            "mariadbd did not restart on port {}; log:\n{}",
+            self.port,
+            self.log()
+        );
+        if wipe {
+            self.sql(&format!(
+                "DELETE FROM {DATABASE}.lockrun_names; DELETE FROM {DATABASE}.lockrun_leases; \
+                 DELETE FROM {DATABASE}.lockrun_waiters"
+            ));
+        }
+    }
+
+    fn counter(&self, name: &str) -> Counter {
+        let token = self.sql(&format!(
+            "SELECT token FROM {DATABASE}.lockrun_names WHERE name = '{name}'"
+        ));
+        Counter::Exact(token.parse().expect("the stored token is a number"))
+    }
+}
+
+impl Drop for MySqlServer {
+    fn drop(&mut self) {
+        self.kill_server();
+    }
+}
+
+/// Whether something on `port` sends a MySQL greeting (protocol version 10).
+fn greets(port: u16) -> bool {
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
+    let mut greeting = [0u8; 5];
+    stream.read_exact(&mut greeting).is_ok() && greeting[4] == 10
+}
+
+/// `mariadbd`, where Debian puts it.
+fn mariadbd() -> PathBuf {
+    ["/usr/sbin/mariadbd", "/usr/bin/mariadbd"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+        .expect("no mariadbd (apt-get install mariadb-server)")
+}
+
+/// The initialised data directory every test copies, made once per server version.
+fn template() -> &'static Path {
+    static TEMPLATE: OnceLock<PathBuf> = OnceLock::new();
+    TEMPLATE.get_or_init(|| {
+        let version = Command::new(mariadbd())
+            .arg("--version")
+            .output()
+            .expect("run mariadbd --version");
+        let tag = text(&version.stdout)
+            .split_whitespace()
+            .find(|w| w.contains("MariaDB"))
+            .unwrap_or("unknown")
+            .replace(['/', '+'], "_");
+        let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+        let template = root.join(format!("mariadb-template-{tag}"));
+        if template.join("mysql").is_dir() {
+            return template;
+        }
+        let building = tempfile::tempdir_in(&root).expect("temp dir for the template");
+        let data = building.path().join("data");
+        let mut cmd = Command::new("mariadb-install-db");
+        cmd.arg("--no-defaults")
+            .arg(format!("--datadir={}", data.display()))
+            .args(["--auth-root-authentication-method=normal", "--skip-test-db"])
+            .args(SMALL);
+        if nix::unistd::geteuid().is_root() {
+            cmd.arg("--user=root");
+        }
+        let out = cmd.output().expect("run mariadb-install-db");
+        assert!(
+            out.status.success(),
+            "mariadb-install-db failed: {}{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+        // Another test process may have finished first: either copy is as good.
+        if std::fs::rename(&data, &template).is_err() {
+            assert!(
+                template.join("mysql").is_dir(),
+                "no template at {template:?}"
+            );
+        }
+        template
+    })
+}
+
+/// Copies the directory tree `from` to `to` (regular files and directories only).
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("create a data directory");
+    for entry in std::fs::read_dir(from).expect("read the template") {
+        let entry = entry.expect("a template entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("file type").is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).expect("copy a template file");
+        }
+    }
+}
