@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use crate::support::etcd_cluster::Etcd;
 use crate::support::fixture::Fixture;
 use crate::support::holder::Holder;
-use crate::support::lockrun::output;
+use crate::support::lockrun::Proc;
 use crate::support::mysql_server::MySqlServer;
 use crate::support::postgres_server::PgServer;
 use crate::support::proxy::{Direction, Proxy};
@@ -511,17 +511,24 @@ fn keeps_holding(w: &Scene, name: &str, token: u64) {
 /// lease it grants could already have expired on the server. lockrun must never start the command
 /// on such a lease: it gives it back and asks again while `--wait` allows, then exits 76.
 fn late_grant<S: Wire>() {
-    let (_fx, w, proxy, via) = rig::<S>();
+    let (fx, w, proxy, via) = rig::<S>();
     let ttl: Duration = humantime::parse_duration(TTL).unwrap();
-    proxy.set_delay(Direction::ToClient, ttl + ttl / 5);
-    let out = output(&mut w.cmd_via(
+    // The replies turn slow from the first acquire on, not before: a connection handshake of
+    // several replies would otherwise time out before any grant could be late.
+    let acquiring = proxy.hold_request(&fx.acquire_request("late"), Duration::from_millis(200));
+    let mut run = Proc::spawn(&mut w.cmd_via(
         &via,
         [
             "--name", "late", "--ttl", TTL, "--wait", "4s", "--", "touch", "ran",
         ],
     ));
-    assert_eq!(code(&out), 76, "{}", text(&out.stderr));
+    acquiring
+        .wait(SOON)
+        .expect("the acquire request never went through");
+    proxy.set_delay(Direction::ToClient, ttl + ttl / 5);
+    let out = run.wait(Duration::from_secs(30));
     assert!(!w.path("ran").exists(), "a lease granted too late was used");
+    assert_eq!(code(&out), 76, "{}", text(&out.stderr));
     assert!(
         text(&out.stderr).contains("too late") && !text(&out.stderr).contains("paused"),
         "{}",
