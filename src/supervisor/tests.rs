@@ -214,7 +214,7 @@ async fn an_announced_revocation_is_checked_at_once_not_at_the_next_renewal() {
     let (outcome, ()) = tokio::join!(supervise(lease, timing, None, &mut child, &mut rx), revoke);
     assert!(matches!(outcome.unwrap(), Outcome::LeaseLost(_)));
     assert!(
-        BootInstant::now() - started < Duration::from_secs(2),
+        BootInstant::now() - started < Duration::from_secs(5),
         "the revocation waited for the 10 s renewal"
     );
 }
