@@ -606,3 +606,32 @@ fn what_a_long_command_forks_as_lockrun_dies_dies_too() {
         );
     }
 }
+
+/// Guards the watchdog against the usual way a job runner ends a job (invariant 8): SIGKILL to
+/// lockrun's whole process group, which is not the command's. The watchdog lives in a session of
+/// its own, so it survives and stops the command, its child and a descendant that left its group
+/// at once — which a parent-death signal alone could not.
+#[test]
+fn killing_lockruns_process_group_stops_the_command_tree_too() {
+    use std::os::unix::process::CommandExt;
+    let env = Scene::file();
+    let script = "sleep 60 & echo $! > child; setsid sleep 61 >/dev/null 2>&1 & echo $! > escapee; \
+                  echo $$ > command.pid; wait";
+    let mut cmd = env.cmd(["--name", "g", "--", "sh", "-c", script]);
+    cmd.process_group(0);
+    let mut run = Proc::spawn(&mut cmd);
+    let pids: Vec<(&str, i32)> = ["command.pid", "child", "escapee"]
+        .into_iter()
+        .map(|file| (file, number_in(&env.path(file)) as i32))
+        .collect();
+    let guards: Vec<_> = pids.iter().map(|(_, pid)| scopeguard(*pid)).collect();
+    kill(Pid::from_raw(-run.pid()), Signal::SIGKILL).unwrap();
+    run.wait(SOON);
+    for (what, pid) in &pids {
+        assert!(
+            wait_until(Duration::from_secs(2), || !alive(*pid)),
+            "{what} (pid {pid}) outlived the killed process group"
+        );
+    }
+    drop(guards);
+}

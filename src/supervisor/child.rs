@@ -1,10 +1,12 @@
 //! Starting the command and signalling it.
 //!
 //! The command is executed directly (no shell) as the leader of a new process group, so a signal to
-//! the group reaches everything it started that did not leave the group. It gets a parent-death
-//! signal: if lockrun is SIGKILLed, the kernel kills the command too. That signal fires when the
-//! *thread* that forked it exits, so the command must be spawned from a thread that lives as long
-//! as lockrun — the main thread, which drives lockrun's single-threaded runtime.
+//! the group reaches everything it started that did not leave the group. If lockrun is SIGKILLed,
+//! the watchdog (see `watchdog`) stops the command's whole tree; where no watchdog could be
+//! started, the command gets a parent-death signal instead, so the kernel kills at least the
+//! command. That signal fires when the *thread* that forked it exits, so the command must be
+//! spawned from a thread that lives as long as lockrun — the main thread, which drives lockrun's
+//! single-threaded runtime.
 //!
 //! When lockrun runs in the foreground of a terminal, the command's group is given the terminal
 //! (and lockrun takes it back afterwards), so an interactive command can read its input and gets
@@ -74,7 +76,12 @@ impl Child {
                 })
                 .ok();
         }
-        die_with_parent(&mut command);
+        // With a watchdog, lockrun's death leaves the command to it: a parent-death signal would
+        // kill the command (or, stopping it, have the kernel hang up its orphaned group) before
+        // the watchdog's sweep could find the command's children through it. Without one, the
+        // command dies with lockrun.
+        let on_death = watchdog.is_none().then_some(Signal::SIGKILL);
+        on_parent_death(&mut command, on_death);
         if take_terminal {
             // SAFETY: the closure runs in the forked child before exec and only makes
             // async-signal-safe system calls (signal, tcsetpgrp, getpid); it allocates nothing.
@@ -88,6 +95,9 @@ impl Child {
                 });
             }
         }
+        if let Some(watchdog) = &watchdog {
+            watchdog.told_by(&mut command);
+        }
         let process = tokio::process::Command::from(command)
             .spawn()
             .map_err(|e| spawn_error(launch.program, &e))?;
@@ -95,9 +105,6 @@ impl Child {
             .id()
             .ok_or_else(|| Error::internal("the command exited before lockrun saw its pid"))?;
         let group = Pid::from_raw(pid as i32);
-        if let Some(watchdog) = &mut watchdog {
-            watchdog.watch_group(group);
-        }
         Ok(Child {
             process,
             group,
@@ -253,12 +260,20 @@ fn stdin() -> BorrowedFd<'static> {
 /// kernel's parent-death signal, armed in the child before exec — and, should this process have
 /// died between the fork and the arming, the child kills itself at once.
 pub fn die_with_parent(command: &mut std::process::Command) {
+    on_parent_death(command, Some(Signal::SIGKILL));
+}
+
+/// Arms the parent-death signal `signal` (if any) in the process `command` starts; a child whose
+/// parent died before exec kills itself at once (it has started nothing yet).
+fn on_parent_death(command: &mut std::process::Command, signal: Option<Signal>) {
     let parent = getpid();
     // SAFETY: the closure runs in the forked child before exec and only makes async-signal-safe
     // system calls (prctl, getppid, raise); it allocates nothing.
     unsafe {
         command.pre_exec(move || {
-            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
+            if let Some(signal) = signal {
+                nix::sys::prctl::set_pdeathsig(signal)?;
+            }
             if getppid() != parent {
                 nix::sys::signal::raise(Signal::SIGKILL)?;
             }

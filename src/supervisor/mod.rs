@@ -8,6 +8,7 @@ mod descendants;
 mod scripted_lease;
 mod signals;
 mod supervise;
+mod sweep;
 #[cfg(test)]
 mod tests;
 mod watchdog;

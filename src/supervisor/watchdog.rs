@@ -4,23 +4,32 @@
 //! The kernel's parent-death signal reaches only the command itself, and not even that once the
 //! command has executed a setuid or file-capability program (`sudo`, `ping`); the command's own
 //! children would run on beside the next holder. So just before the command starts, lockrun forks
-//! the watchdog, which keeps only the read end of a pipe: every other descriptor is closed at
-//! once, so it never keeps the lock, a backend connection or the terminal. lockrun keeps the
-//! write end (close-on-exec, so the command never has it) and writes to it what the watchdog must
-//! stop: the command's process group, each descendant lockrun saw leave that group, and, once a
-//! command that runs for a while has been adopted into a cgroup of its own (see `cgroup`), that
-//! cgroup — after which escapees need not be told. When lockrun ends normally it writes "disarm"
-//! and the watchdog exits quietly (background processes a command leaves behind after a normal
-//! end keep running, as with `flock`). When the pipe closes without that, lockrun is gone: the
-//! watchdog kills the cgroup (`cgroup.kill`), the group and every pid it was told of, and exits.
+//! the watchdog, in a session of its own (a kill of lockrun's process group spares it), which
+//! keeps only the read end of a pipe: every other descriptor is closed at once, so it never keeps
+//! the lock, a backend connection or the terminal. lockrun keeps the write end (close-on-exec, so
+//! the command never has it) and writes to it what the watchdog must stop: the command's process
+//! group (which the command itself writes before exec, so that it is known however soon lockrun
+//! dies), each descendant lockrun saw leave that group, and, once a command that runs for a while
+//! has been adopted into a cgroup of its own (see `cgroup`), that cgroup — after which escapees
+//! need not be told. When lockrun ends normally it writes "disarm" and the watchdog exits quietly
+//! (background processes a command leaves behind after a normal end keep running, as with
+//! `flock`).
+//!
+//! When the pipe closes without that, lockrun is dying. The watchdog waits until lockrun's
+//! children have been handed to a new parent, then sweeps `/proc` for the command's whole tree by
+//! ancestry (see `sweep`), freezing each process it finds, so a descendant that left the group an
+//! instant before lockrun died is still found through its parent; then it kills the cgroup
+//! (`cgroup.kill`), the group and every process it found or was told of, and exits. For that the
+//! command has no parent-death signal while a watchdog runs: it would kill the command before the
+//! sweep could find its children through it.
 //!
 //! After the fork the watchdog runs only async-signal-safe system calls on its own stack — no
 //! allocation, no locks — since lockrun may have had other threads.
 //!
-//! What remains possible: a SIGKILL of the watchdog itself (then lockrun runs on as before, with
-//! only the parent-death signal), and, before adoption or without a cgroup, a descendant that
-//! leaves the command's group and escapes in the moment between lockrun's last look (every
-//! 100 ms, and on every SIGCHLD) and lockrun's death.
+//! What remains possible: a SIGKILL of the watchdog together with lockrun (then the command's
+//! tree runs on), and, before adoption or without a cgroup, a descendant that left the command's
+//! group *and* lost its parent in the tree (a double fork whose middle process exited) in the
+//! moment between lockrun's last look (every 100 ms, and on every SIGCHLD) and lockrun's death.
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -30,6 +39,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use nix::unistd::Pid;
 
 use super::cgroup::Cgroup;
+use super::sweep::{Tree, freeze_tree};
 
 /// Message tags on the pipe; each message is a tag and a pid (`i32`, native endian). A cgroup
 /// message carries the length of the cgroup's path instead, and the path follows.
@@ -40,8 +50,6 @@ const TAG_CGROUP: u8 = b'c';
 const TAG_ADOPTED: u8 = b'a';
 const TAG_DISARM: u8 = b'd';
 const MESSAGE: usize = 5;
-/// Pids the watchdog can remember (escapees are rare; more are dropped, never overflow).
-const MAX_PIDS: usize = 4096;
 /// The longest cgroup path the watchdog takes: a message and its path go in one write no longer
 /// than `PIPE_BUF`, so that it never interleaves with the main thread's messages.
 const MAX_CGROUP_PATH: usize = 4000;
@@ -69,12 +77,13 @@ impl Watchdog {
     /// Forks the watchdog. Call before the command is spawned, after the lock is held.
     pub fn start() -> io::Result<Watchdog> {
         let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+        let lockrun = std::process::id() as i32;
         // SAFETY: the child runs only `watch`, which makes async-signal-safe system calls on its
         // own stack and never returns (it ends with `_exit`); the parent continues normally.
         match unsafe { nix::unistd::fork() }? {
             nix::unistd::ForkResult::Child => {
                 // SAFETY: as above.
-                unsafe { watch(read.as_raw_fd()) }
+                unsafe { watch(read.as_raw_fd(), lockrun) }
             }
             nix::unistd::ForkResult::Parent { child } => {
                 drop(read);
@@ -119,9 +128,22 @@ impl Watchdog {
         }
     }
 
-    /// Tells the watchdog the command's process group.
-    pub fn watch_group(&mut self, group: Pid) {
-        send(&self.pipe, TAG_GROUP, group.as_raw());
+    /// Makes the command tell the watchdog its process group itself, before exec: lockrun may
+    /// die the moment the command runs, before it could say so.
+    pub fn told_by(&self, command: &mut std::process::Command) {
+        use std::os::unix::process::CommandExt;
+        let pipe = self.pipe.as_raw_fd();
+        // SAFETY: the closure runs in the forked child before exec and only makes
+        // async-signal-safe system calls (getpid, write) on a buffer of its own stack.
+        unsafe {
+            command.pre_exec(move || {
+                let mut message = [0u8; MESSAGE];
+                message[0] = TAG_GROUP;
+                message[1..].copy_from_slice(&libc::getpid().to_ne_bytes());
+                libc::write(pipe, message.as_ptr().cast(), MESSAGE);
+                Ok(())
+            });
+        }
     }
 
     /// Tells the watchdog a descendant that left the command's group (once per pid).
@@ -202,7 +224,7 @@ fn send_cgroup(pipe: &OwnedFd, dir: &std::path::Path) -> bool {
 /// # Safety
 /// Runs in a freshly forked child of a possibly multi-threaded process: it must only make
 /// async-signal-safe calls, allocate nothing, and never return.
-unsafe fn watch(pipe: RawFd) -> ! {
+unsafe fn watch(pipe: RawFd, lockrun: i32) -> ! {
     // SAFETY (whole body): plain system calls on values owned by this stack frame.
     unsafe {
         for signal in [
@@ -220,10 +242,12 @@ unsafe fn watch(pipe: RawFd) -> ! {
             libc::signal(signal, libc::SIG_IGN);
         }
         libc::prctl(libc::PR_SET_NAME, c"lockrun-watch".as_ptr());
+        // A session of its own: a kill of lockrun's process group (a CI runner ending a job, a
+        // shell's `kill -9 -PGID`) must not take the watchdog along with lockrun.
+        libc::setsid();
         close_all_but(pipe);
         let mut group: i32 = 0;
-        let mut pids = [0i32; MAX_PIDS];
-        let mut count = 0usize;
+        let mut tree = Tree::new();
         // The cgroup's path, then room for `/cgroup.kill` and the terminating NUL.
         let mut cgroup = [0u8; MAX_CGROUP_PATH + CGROUP_KILL.len()];
         let mut cgroup_len = 0usize;
@@ -233,11 +257,10 @@ unsafe fn watch(pipe: RawFd) -> ! {
             match message[0] {
                 TAG_DISARM => libc::_exit(0),
                 TAG_GROUP => group = value,
-                TAG_PID if count < MAX_PIDS => {
-                    pids[count] = value;
-                    count += 1;
+                TAG_PID => {
+                    tree.add(value);
                 }
-                TAG_ADOPTED => count = 0,
+                TAG_ADOPTED => tree.clear(),
                 TAG_CGROUP if value > 0 && value as usize <= MAX_CGROUP_PATH => {
                     if !read_exactly(pipe, &mut cgroup[..value as usize]) {
                         break;
@@ -247,7 +270,30 @@ unsafe fn watch(pipe: RawFd) -> ! {
                 _ => {}
             }
         }
-        // lockrun is gone without disarming: stop everything the command started.
+        // lockrun is dying without having disarmed. Its children are handed to a new parent only
+        // after its descriptors close; until then the command's group is not yet orphaned, and
+        // stopping it now would have the kernel hang up the whole group (SIGHUP) the moment it
+        // is, killing the command before the sweep could find its children through it.
+        let pause = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 1_000_000,
+        };
+        for _ in 0..1000 {
+            if libc::getppid() != lockrun {
+                break;
+            }
+            libc::nanosleep(&pause, std::ptr::null_mut());
+        }
+        // Stop everything the command started. First freeze
+        // the tree, so that nothing forks away while it is looked for, then kill it.
+        if group > 0 {
+            libc::kill(-group, libc::SIGSTOP);
+            tree.add(group);
+        }
+        for pid in tree.pids() {
+            libc::kill(*pid, libc::SIGSTOP);
+        }
+        freeze_tree(group, &mut tree);
         if cgroup_len > 0 {
             cgroup[cgroup_len..cgroup_len + CGROUP_KILL.len()].copy_from_slice(CGROUP_KILL);
             let fd = libc::open(cgroup.as_ptr().cast(), libc::O_WRONLY | libc::O_CLOEXEC);
@@ -259,10 +305,8 @@ unsafe fn watch(pipe: RawFd) -> ! {
         if group > 0 {
             libc::kill(-group, libc::SIGKILL);
         }
-        for pid in &pids[..count] {
-            if *pid > 0 {
-                libc::kill(*pid, libc::SIGKILL);
-            }
+        for pid in tree.pids() {
+            libc::kill(*pid, libc::SIGKILL);
         }
         // The cgroup can go once the killed processes are gone (a second at most).
         if cgroup_len > 0 {

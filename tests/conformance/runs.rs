@@ -141,7 +141,8 @@ pub fn nothing_outlives_a_killed_lockrun<F: Fixture>() {
     ] {
         assert!(
             wait_until(Duration::from_secs(2), || !alive(pid)),
-            "the {what} (pid {pid}) outlived its lockrun"
+            "the {what} (pid {pid}) outlived its lockrun: {}",
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default()
         );
     }
     assert!(killed.elapsed() < Duration::from_secs(2));
