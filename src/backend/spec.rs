@@ -12,12 +12,12 @@ use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
 
-use super::{Backend, BackendError, etcd, file, postgres, redis};
+use super::{Backend, BackendError, etcd, file, postgres, redis, zookeeper};
 
 pub use super::url::redact;
 
 /// The schemes lockrun knows, for messages.
-const SCHEMES: &str = "file, redis, rediss, etcd, postgres or postgresql";
+const SCHEMES: &str = "file, redis, rediss, etcd, zk, postgres or postgresql";
 
 /// What every backend's settings offer, once parsed.
 #[async_trait]
@@ -56,6 +56,8 @@ pub enum BackendSpec {
     Etcd(Box<etcd::Settings>),
     /// A PostgreSQL server.
     Postgres(Box<postgres::Settings>),
+    /// A ZooKeeper ensemble.
+    ZooKeeper(Box<zookeeper::Settings>),
 }
 
 impl BackendSpec {
@@ -73,6 +75,9 @@ impl BackendSpec {
             Some("etcd") => etcd::Settings::parse(raw).map(|s| BackendSpec::Etcd(Box::new(s))),
             Some("postgres" | "postgresql") => {
                 postgres::Settings::parse(raw).map(|s| BackendSpec::Postgres(Box::new(s)))
+            }
+            Some("zk") => {
+                zookeeper::Settings::parse(raw).map(|s| BackendSpec::ZooKeeper(Box::new(s)))
             }
             Some(other) => Err(format!("unknown backend scheme {other:?}: use {SCHEMES}")),
             None => Err(
@@ -94,6 +99,7 @@ impl BackendSpec {
             BackendSpec::Redis(s) => &**s,
             BackendSpec::Etcd(s) => &**s,
             BackendSpec::Postgres(s) => &**s,
+            BackendSpec::ZooKeeper(s) => &**s,
         }
     }
 
@@ -169,6 +175,10 @@ mod tests {
             BackendSpec::Etcd(_)
         ));
         assert!(BackendSpec::parse("postgresql://u@h/db").is_ok());
+        assert!(matches!(
+            BackendSpec::parse("zk://u:p@a:2181,b:2181/jobs").unwrap(),
+            BackendSpec::ZooKeeper(_)
+        ));
     }
 
     #[test]
@@ -185,6 +195,8 @@ mod tests {
             "etcd://u:hunter2@h:1?cert=/c.pem",
             "postgres://u:hunter2@h/db?sslmode=bogus",
             "postgres://u:hunter2@h/db?nosuch=1",
+            "zk://u:hunter2@h:1?x=1",
+            "zk://u:hunter2@h:1/a//b",
             "nonsense",
             "u:hunter2@h",
         ] {
