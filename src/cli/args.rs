@@ -38,7 +38,9 @@ pub struct Cli {
 
     /// Backend URL: file:///DIR (one host, no server), redis://[USER:PASS@]HOST[:PORT][/DB],
     /// rediss://… (TLS), etcd://[USER:PASS@]HOST:PORT[,HOST:PORT…][?cacert=CA.pem] (TLS with
-    /// cacert, plus cert= and key= for client certificates), postgres://… or postgresql://…
+    /// cacert, plus cert= and key= for client certificates),
+    /// zk://[USER:PASS@]HOST:PORT[,HOST:PORT…][/CHROOT] (ZooKeeper; USER:PASS is digest auth, and
+    /// the session timeout granted is the lease), postgres://… or postgresql://…
     /// (sslmode=require for TLS; lockrun_schema=NAME picks the schema of lockrun's tables)
     ///
     /// Default: file:// with a per-user state directory that survives reboots (/var/lib/lockrun for
