@@ -2,7 +2,7 @@
 """Chaos soak: W workers loop lockrun on ONE name while a chaos loop injects faults; a checker
 (check.py, next to this script) then proves the invariants on the log.
 
-Per backend (file, redis, etcd, postgres; the servers are started by this script on free
+Per backend (file, redis, etcd, postgres, zk; the servers are started by this script on free
 loopback ports in a temporary directory, as the benchmarks in bench/ do):
 
   * W workers (default 6) each loop `lockrun --backend URL --name soak --ttl T -- SECTION`.
@@ -30,7 +30,8 @@ loopback ports in a temporary directory, as the benchmarks in bench/ do):
   * After every lockrun exits, its worker checks /proc for processes of the child's group that are
     still alive (and not dying).
 
-Run (Python 3.11 standard library only, Linux only; bash, redis-server, etcd, PostgreSQL):
+Run (Python 3.11 standard library only, Linux only; bash, redis-server, etcd, PostgreSQL, and
+Debian's zookeeper jar with a JRE):
 
     python3 tests/soak/soak.py                     # all backends, 60 s each, cargo build --release
     python3 tests/soak/soak.py --backend redis --seconds 30 --bin target/debug/lockrun
@@ -71,7 +72,7 @@ import benchlib  # noqa: E402
 import check as soak_check  # noqa: E402
 from benchlib import Broken  # noqa: E402
 
-BACKENDS = ["file", "redis", "etcd", "postgres"]
+BACKENDS = ["file", "redis", "etcd", "postgres", "zk"]
 NAME = "soak"
 TTL = "1s"  # requested lease (etcd raises it to its minimum, 2 s); --ttl
 CI_TTL = "2s"  # --ci: more slack for a loaded CI machine (a lockrun starved past its lease
@@ -92,7 +93,7 @@ GAP = (0.2, 1.0)  # seconds between faults afterwards
 def fault_mix(networked: bool) -> list[tuple[str, int]]:
     """The fault kinds (with weights) for a backend: no server faults without a server."""
     return [(kind, weight) for kind, weight in FAULTS if networked or kind not in SERVER_FAULTS]
-CI_SECONDS = 10  # per backend with --ci (4 backends: 40 s of soak, plus start-up and drain)
+CI_SECONDS = 10  # per backend with --ci (5 backends: 50 s of soak, plus start-up and drain)
 
 SECTION = r"""# lockrun soak critical section (bash). Args: RUN LOG STORE_PORT WORK_SECONDS
 run=$1 log=$2 tok=$FENCING_TOKEN
@@ -370,8 +371,48 @@ class PostgresBackend(Backend):
         self.wait_ready(self.ready, f"postgres on port {self.port}")
 
 
+class ZkBackend(Backend):
+    """A standalone ZooKeeper from Debian's jar: tick 500 ms (sessions of 1 to 10 s), admin server
+    off, every write synced (forceSync, as an ensemble that holds locks should), ready when `srvr`
+    reports a mode."""
+    kind = "zk"
+    JAR = "/usr/share/java/zookeeper.jar"
+
+    def __init__(self, tmp: Path):
+        if not Path(self.JAR).exists() or shutil.which("java") is None:
+            raise Broken(f"no {self.JAR} or no java (apt-get install zookeeper "
+                         "default-jre-headless)")
+        self.tmp = tmp
+        self.port = benchlib.free_port()
+        self.proc = None
+        self.log = open(tmp / "zookeeper.log", "ab")
+        (tmp / "zk").mkdir()
+        (tmp / "zoo.cfg").write_text(
+            f"tickTime=500\ndataDir={tmp / 'zk'}\nclientPort={self.port}\n"
+            "clientPortAddress=127.0.0.1\nadmin.enableServer=false\nmaxClientCnxns=0\n"
+            "4lw.commands.whitelist=srvr\n")
+
+    def url(self) -> str:
+        return f"zk://127.0.0.1:{self.port}"
+
+    def serving(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
+                s.sendall(b"srvr")
+                return b"Mode: " in s.recv(4096)
+        except OSError:
+            return False
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            ["java", "-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", self.JAR,
+             "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(self.tmp / "zoo.cfg")],
+            stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log, start_new_session=True)
+        self.wait_ready(self.serving, f"zookeeper on port {self.port} (see {self.tmp}/zookeeper.log)")
+
+
 BACKEND_CLASSES = {"file": FileBackend, "redis": RedisBackend, "etcd": EtcdBackend,
-                   "postgres": PostgresBackend}
+                   "postgres": PostgresBackend, "zk": ZkBackend}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -817,7 +858,7 @@ def main() -> int:
     backends = BACKENDS if args.backend == "all" else [args.backend]
 
     benchlib.scrub_env("PG")
-    needs = {"file": [], "redis": ["redis-server"], "etcd": ["etcd"], "postgres": []}
+    needs = {"file": [], "redis": ["redis-server"], "etcd": ["etcd"], "postgres": [], "zk": ["java"]}
     benchlib.require(["bash", "sleep"] + [p for b in backends for p in needs[b]])
     binary = benchlib.lockrun_binary(args.bin)
 
