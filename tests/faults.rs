@@ -1,4 +1,4 @@
-//! Fault drills for the networked backends (Redis, etcd, PostgreSQL), through the fault proxy of
+//! Fault drills for the networked backends (Redis, etcd, PostgreSQL, ZooKeeper), through the fault proxy of
 //! `support::proxy`, against real servers started per test, driving the real `lockrun` binary.
 //!
 //! One test per backend and drill:
@@ -35,6 +35,7 @@ use crate::support::redis_server::RedisServer;
 use crate::support::scene::Scene;
 use crate::support::timing::LeaseTiming;
 use crate::support::wait::{SOON, alive, code, text, wait_before, wait_until};
+use crate::support::zk_ensemble::ZooKeeper;
 
 /// The lease every drill asks for (etcd's minimum with its default timing).
 const TTL: &str = "2s";
@@ -164,6 +165,53 @@ fn lease_message(id: u64) -> Vec<u8> {
     message.extend_from_slice(&(body.len() as u32).to_be_bytes());
     message.extend_from_slice(&body);
     message
+}
+
+impl Wire for ZooKeeper<1> {
+    /// Makes each drill name's node, so that the acquiring create is applied at once rather than
+    /// refused for want of its parent (a container node, which the server removes only at its
+    /// next sweep, a minute after it starts).
+    fn warm_up(&self, s: &Scene) {
+        for name in (1..=10).map(|i| format!("acquire-{i}")) {
+            let out = s.run(["--name", &name, "--", "true"]);
+            assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+        }
+    }
+
+    /// The create of the contender's znode carries its path in clear, and nothing before it does
+    /// (the name's node has no `/x-`).
+    fn acquire_request(&self, name: &str) -> Vec<u8> {
+        format!("/lockrun/{name}/x-").into_bytes()
+    }
+
+    /// `exists` (opcode 3) on the holder's own znode, without a watch (its revocation watch sets
+    /// one).
+    fn renew_request(&self, name: &str, _holder: &Holder) -> Vec<u8> {
+        let path = zk_holder_znode(self, name);
+        let mut request = vec![0, 0, 0, 3];
+        request.extend_from_slice(&(path.len() as u32).to_be_bytes());
+        request.extend_from_slice(path.as_bytes());
+        request.push(0);
+        request
+    }
+
+    /// The release closes the session: `closeSession`, opcode -11, which nothing else sends.
+    fn release_request(&self, _name: &str, _holder: &Holder) -> Vec<u8> {
+        (-11i32).to_be_bytes().to_vec()
+    }
+}
+
+/// The znode of `name`'s holder, the first in line among the ephemerals `dump` lists (in the
+/// drills, A holds and B waits behind it).
+fn zk_holder_znode(zk: &ZooKeeper<1>, name: &str) -> String {
+    let dump = zk.four_letters(0, "dump").expect("dump answered");
+    let prefix = format!("/lockrun/{name}/x-");
+    dump.lines()
+        .map(str::trim)
+        .filter(|line| line.starts_with(&prefix))
+        .min_by_key(|path| path.rsplit('-').next().map(str::to_owned))
+        .unwrap_or_else(|| panic!("no znode of {name} in: {dump}"))
+        .to_owned()
 }
 
 /// Starts a holder of `name` through `url` (the proxy), and waits until its command runs.
@@ -506,6 +554,7 @@ macro_rules! drills {
 drills!(on_redis, RedisServer);
 drills!(on_etcd, Etcd<1>);
 drills!(on_postgres, PgServer);
+drills!(on_zookeeper, ZooKeeper<1>);
 
 /// The proxy's faults, against a local echo server that records what it received.
 mod proxy_faults {

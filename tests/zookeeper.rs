@@ -17,7 +17,7 @@ use crate::support::scene::Scene;
 use crate::support::timing::LeaseTiming;
 use crate::support::tools;
 use crate::support::wait::{SOON, code, number_in, text, wait_until};
-use crate::support::zk_ensemble::{USER, ZooKeeper};
+use crate::support::zk_ensemble::{USER, ZkEnsemble, ZooKeeper};
 
 /// The longest session a 500 ms tick grants (20 ticks): the ensemble tests' lease, which leaves
 /// an election several seconds before the stop point.
@@ -126,6 +126,39 @@ fn chroots_are_created_on_demand_and_keep_trees_apart() {
     assert_eq!(a.list(&[]).as_array().map(Vec::len), Some(1));
     assert_eq!(b.list(&[]), serde_json::json!([]));
     assert_eq!(code(&holder.finish()), 0);
+}
+
+/// Guards against empty parents left behind: a name's node is a container, which the server
+/// removes once its last contender has gone (here swept every half second), so names used once
+/// leave nothing in the ensemble.
+#[test]
+fn names_leave_no_node_behind() {
+    let zk = ZkEnsemble::start_with(1, &["-Dznode.container.checkIntervalMs=500"]);
+    let s = Scene::new(zk.url());
+    let run = |name: &str| {
+        let out = s.run(["--name", name, "--", "true"]);
+        assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    };
+    // Before any run: no lock tree. After one: its root stays, the name's node goes.
+    let before = zk.node_count(0);
+    run("first");
+    let mut now = 0;
+    let swept = wait_until(SOON, || {
+        now = zk.node_count(0);
+        now == before + 1
+    });
+    assert!(swept, "{now} znodes after one run, {before} before it");
+    for name in ["ci/deploy", "ci/deploy/x", "backup"] {
+        run(name);
+    }
+    let cleaned = wait_until(SOON, || {
+        now = zk.node_count(0);
+        now == before + 1
+    });
+    assert!(
+        cleaned,
+        "{now} znodes remain after three names were used and let go"
+    );
 }
 
 /// The watches the members hold, as `wchp` lists them: each watched path with its sessions.

@@ -41,11 +41,17 @@ pub struct ZkEnsemble {
     dir: tempfile::TempDir,
     members: Vec<Member>,
     password: Option<String>,
+    properties: Vec<String>,
 }
 
 impl ZkEnsemble {
     /// `size` members (1: standalone), started together, each serving.
     pub fn start(size: usize) -> Self {
+        Self::start_with(size, &[])
+    }
+
+    /// [`ZkEnsemble::start`] with Java system properties (`-Dkey=value`) for every member.
+    pub fn start_with(size: usize, properties: &[&str]) -> Self {
         // Another process may take a probed port before a member binds it: try a few times.
         for _ in 0..5 {
             let mut ensemble = ZkEnsemble {
@@ -59,6 +65,7 @@ impl ZkEnsemble {
                     })
                     .collect(),
                 password: None,
+                properties: properties.iter().map(|p| (*p).to_owned()).collect(),
             };
             for i in 0..size {
                 ensemble.configure(i);
@@ -86,7 +93,7 @@ impl ZkEnsemble {
         let mut cfg = format!(
             "tickTime=500\ninitLimit=10\nsyncLimit=4\ndataDir={}\nclientPort={}\n\
              clientPortAddress=127.0.0.1\nadmin.enableServer=false\nforceSync=no\n\
-             maxClientCnxns=0\n4lw.commands.whitelist=srvr,ruok,wchp\n",
+             maxClientCnxns=0\n4lw.commands.whitelist=srvr,ruok,wchp,dump\n",
             dir.join("data").display(),
             member.client_port
         );
@@ -115,6 +122,7 @@ impl ZkEnsemble {
         let child = Command::new("java")
             .args(["-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"])
             .args(["-cp", JAR, "-Dzookeeper.admin.enableServer=false"])
+            .args(&self.properties)
             .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
             .arg(dir.join("zoo.cfg"))
             .current_dir(&dir)
@@ -163,6 +171,16 @@ impl ZkEnsemble {
         });
         assert!(led, "no member leads");
         found.unwrap_or(0)
+    }
+
+    /// How many znodes member `i` holds.
+    pub fn node_count(&self, i: usize) -> u64 {
+        let answer = self.four_letters(i, "srvr").expect("srvr answered");
+        answer
+            .lines()
+            .find_map(|l| l.strip_prefix("Node count: "))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no node count in {answer}"))
     }
 
     /// The last zxid member `i` has seen.

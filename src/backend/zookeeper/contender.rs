@@ -4,7 +4,9 @@
 //!
 //! - **Joining** is one create. Its name carries this run's random owner id, so a create whose
 //!   reply was lost is found again among the children (a retry adopts it) instead of leaving a
-//!   ghost in line. A missing name node (or chroot, or root) is created, and the create sent again.
+//!   ghost in line; should a retry still have made a second znode, the first is kept and the
+//!   second deleted. A missing name node (or chroot, or root) is created, and the create sent
+//!   again.
 //! - **Looking** is one read of the children: the line's order is the znodes' sequence numbers
 //!   ([`Line`]). The read proves the session alive when it was sent: a contender that holds counts
 //!   its lease from there.
@@ -144,6 +146,23 @@ impl<'a> Contender<'a> {
             let Some(at) = line.position(&self.owner) else {
                 return Ok(Outcome::PlaceLost("this run's place in line is gone"));
             };
+            if self
+                .joined
+                .as_ref()
+                .is_some_and(|j| j.node != line.contenders[at].node)
+            {
+                match self.adopt_first(&line).await {
+                    Ok(()) => continue,
+                    Err(e) if session_gone(&e) => {
+                        return Ok(Outcome::PlaceLost("the session expired while waiting"));
+                    }
+                    Err(e) => {
+                        outage.failed(self.link.failed(&e), sent_at, "check the lock")?;
+                        tokio::time::sleep(RETRY).await;
+                    }
+                }
+                continue;
+            }
             let limit = limit(self.request);
             if line.holds(at, limit) {
                 if let Some(newer) = self.superseded().await? {
@@ -301,37 +320,72 @@ impl<'a> Contender<'a> {
                 Err(e) if session_gone(&e) => return Ok(Err("the session expired")),
                 Err(e) if transient(&e) => {
                     outage.failed(self.link.failed(&e), sent_at, "join the line")?;
-                    // The create may have been applied and only its answer lost: find it.
-                    if let Some(found) = self.find_own().await {
-                        self.joined = Some(found);
-                        return Ok(Ok(()));
+                    // The create may have been applied and only its answer lost: find it, and
+                    // create again only once the line says it is not there.
+                    loop {
+                        let sent_at = BootInstant::now();
+                        match self.find_own().await {
+                            Ok(Some(found)) => {
+                                self.joined = Some(found);
+                                return Ok(Ok(()));
+                            }
+                            Ok(None) => break,
+                            Err(e) if session_gone(&e) => return Ok(Err("the session expired")),
+                            Err(e) => {
+                                outage.failed(self.link.failed(&e), sent_at, "join the line")?;
+                                tokio::time::sleep(RETRY).await;
+                            }
+                        }
                     }
-                    tokio::time::sleep(RETRY).await;
                 }
                 Err(e) => return Err(self.link.failed(&e)),
             }
         }
     }
 
-    /// This run's znode, if a create whose answer was lost made one.
-    async fn find_own(&self) -> Option<Joined> {
-        let children = self.children().await.ok()?;
+    /// This run's znode, if a create whose answer was lost made one (the first in line, should
+    /// there be several).
+    async fn find_own(&self) -> Result<Option<Joined>, zk::Error> {
+        let children = match self.children().await {
+            Err(zk::Error::NoNode) => return Ok(None),
+            read => read?,
+        };
         let line = Line::of(&children);
-        let own = &line.contenders[line.position(&self.owner)?];
-        let path = format!("{}/{}", self.dir, own.node);
+        let Some(at) = line.position(&self.owner) else {
+            return Ok(None);
+        };
+        let node = &line.contenders[at].node;
+        let path = format!("{}/{node}", self.dir);
         let stat = self
             .link
             .call(REQUEST_TIMEOUT, self.session().check_stat(&path))
-            .await
-            .ok()??;
-        crate::debug!(
-            "found the znode of a create whose answer was lost: {}",
-            own.node
-        );
-        Some(Joined {
-            node: own.node.clone(),
+            .await?;
+        crate::debug!("found the znode of a create whose answer was lost: {node}");
+        Ok(stat.map(|stat| Joined {
+            node: node.clone(),
             token: stat.czxid,
-        })
+        }))
+    }
+
+    /// Keeps only this run's first znode in line when a lost answer left it two: the first is
+    /// adopted (its place, its token), the others are deleted.
+    async fn adopt_first(&mut self, line: &Line) -> Result<(), zk::Error> {
+        let Some(found) = self.find_own().await? else {
+            return Ok(());
+        };
+        for extra in line
+            .contenders
+            .iter()
+            .filter(|c| c.owner == self.owner && c.node != found.node)
+        {
+            let path = format!("{}/{}", self.dir, extra.node);
+            let deleted = self.session().delete(&path, None);
+            if let Err(e) = self.link.call(REQUEST_TIMEOUT, deleted).await {
+                crate::debug!("cannot delete a second znode of this run ({e})");
+            }
+        }
+        self.joined = Some(found);
+        Ok(())
     }
 
     async fn children(&self) -> Result<Vec<String>, zk::Error> {
