@@ -187,18 +187,24 @@ impl Wire for ZooKeeper<1> {
     /// `exists` (opcode 3) on the holder's own znode, without a watch (its revocation watch sets
     /// one).
     fn renew_request(&self, name: &str, _holder: &Holder) -> Vec<u8> {
-        let path = zk_holder_znode(self, name);
-        let mut request = vec![0, 0, 0, 3];
-        request.extend_from_slice(&(path.len() as u32).to_be_bytes());
-        request.extend_from_slice(path.as_bytes());
+        let mut request = zk_request(3, &zk_holder_znode(self, name));
         request.push(0);
         request
     }
 
-    /// The release closes the session: `closeSession`, opcode -11, which nothing else sends.
-    fn release_request(&self, _name: &str, _holder: &Holder) -> Vec<u8> {
-        (-11i32).to_be_bytes().to_vec()
+    /// The release deletes the holder's znode first: `delete` (opcode 2) on its path.
+    fn release_request(&self, name: &str, _holder: &Holder) -> Vec<u8> {
+        zk_request(2, &zk_holder_znode(self, name))
     }
+}
+
+/// The start of a ZooKeeper request with `opcode` on `path`: the opcode ends the header, the
+/// path (length, bytes) opens the body.
+fn zk_request(opcode: i32, path: &str) -> Vec<u8> {
+    let mut request = opcode.to_be_bytes().to_vec();
+    request.extend_from_slice(&(path.len() as u32).to_be_bytes());
+    request.extend_from_slice(path.as_bytes());
+    request
 }
 
 /// The znode of `name`'s holder, the first in line among the ephemerals `dump` lists (in the

@@ -485,10 +485,14 @@ impl<'a> Contender<'a> {
             .session
             .take()
             .expect("the session is kept until the contender ends");
+        let slot = self
+            .slot
+            .map(|slot| self.link.paths.slot(&self.request.name, slot));
         ZkLease::new(
             Arc::clone(self.link),
             session,
             format!("{}/{node}", self.dir),
+            slot,
             grant,
             stamp,
         )
