@@ -25,7 +25,7 @@ function __fish_lockrun_using_subcommand
 end
 
 complete -c lockrun -n "__fish_lockrun_needs_command" -l name -d 'Lease name: 1–200 bytes of A-Z a-z 0-9 . _ : - in segments joined by single /. Names are per backend: on the default backend each user has a state directory of their own, so the same name run by two users does not exclude (share one with --backend file:///DIR)' -r -f
-complete -c lockrun -n "__fish_lockrun_needs_command" -l ttl -d 'Lease length, e.g. 500ms, 15s, 2m. A backend may raise it to its minimum; the command is told the granted value in $LOCKRUN_TTL_MS' -r -f
+complete -c lockrun -n "__fish_lockrun_needs_command" -l ttl -d 'Lease length, e.g. 500ms, 15s, 2m. A backend may raise it to its minimum (ZooKeeper also lowers it to its maximum session timeout); the command is told the granted value in $LOCKRUN_TTL_MS' -r -f
 complete -c lockrun -n "__fish_lockrun_needs_command" -l renew -d 'Renewal interval (at least 10ms); must be shorter than the TTL. Default: a third of the TTL' -r -f
 complete -c lockrun -n "__fish_lockrun_needs_command" -s w -l wait -d 'Give up waiting for the lock after this long and exit 75 (see --busy-exit-code). A bare number is seconds, as for flock -w. Default: wait forever' -r -f
 complete -c lockrun -n "__fish_lockrun_needs_command" -s E -l busy-exit-code -d 'Exit status when the lock was not acquired; 0 skips quietly, for cron' -r

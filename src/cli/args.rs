@@ -87,8 +87,9 @@ pub struct RunArgs {
     #[arg(long, env = "LOCKRUN_NAME", value_name = "NAME", required = true, value_hint = ValueHint::Other)]
     pub name: Option<String>,
 
-    /// Lease length, e.g. 500ms, 15s, 2m. A backend may raise it to its minimum; the command is told
-    /// the granted value in $LOCKRUN_TTL_MS.
+    /// Lease length, e.g. 500ms, 15s, 2m. A backend may raise it to its minimum (ZooKeeper also
+    /// lowers it to its maximum session timeout); the command is told the granted value in
+    /// $LOCKRUN_TTL_MS.
     #[arg(
         allow_hyphen_values = true,
         long,
