@@ -21,24 +21,22 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::task::JoinSet;
 use zookeeper_client::{self as zk, CreateMode};
 
+use super::bells::{self, Rung};
 use super::lease::ZkLease;
 use super::line::Line;
 use super::link::{Link, REQUEST_TIMEOUT, session_gone};
-use super::paths::slot_of;
+use super::paths::SUPERSEDE;
 use super::record::{Newest, Record};
 use super::session::{close, ended};
-use super::supersede;
+use super::{slots, supersede};
 use crate::backend::waiting::policy::{LEAVE_TIMEOUT, Outage};
 use crate::backend::{AcquireRequest, BackendError, Grant, HolderInfo, Mode};
 use crate::clock::{BootInstant, BootTimer};
 
 /// Pause before trying again when the ensemble cannot be asked.
 const RETRY: Duration = Duration::from_millis(250);
-/// How many times a slot is looked for when every slot seemed taken.
-const SLOT_TRIES: u32 = 5;
 
 /// How one pass ended.
 pub enum Outcome {
@@ -183,55 +181,29 @@ impl<'a> Contender<'a> {
                 crate::info!("waiting for {} ({at} ahead)", self.request.name);
                 self.waited = true;
             }
-            let mut bells = JoinSet::new();
-            let mut look_again = false;
-            for blocker in line.blockers(at, limit) {
-                let path = format!("{}/{}", self.dir, blocker.node);
-                match self
-                    .link
-                    .call(REQUEST_TIMEOUT, self.session().check_and_watch_stat(&path))
-                    .await
-                {
-                    Ok((Some(_), watcher)) => {
-                        bells.spawn(watcher.changed());
-                    }
-                    // Gone between the read and the watch: look again.
-                    Ok((None, _)) => look_again = true,
-                    Err(e) if session_gone(&e) => {
-                        return Ok(Outcome::PlaceLost("the session expired while waiting"));
-                    }
-                    Err(e) => {
-                        outage.failed(self.link.failed(&e), sent_at, "watch the line")?;
-                        tokio::time::sleep(RETRY).await;
-                        look_again = true;
-                    }
+            let watching = bells::ring(
+                self.link,
+                self.session(),
+                &self.dir,
+                line.blockers(at, limit),
+                self.request
+                    .supersede
+                    .then(|| self.link.paths.child(&self.request.name, SUPERSEDE))
+                    .map(|path| (path, self.token())),
+            );
+            let mut bells = match watching.await {
+                Ok(Rung::Set(bells)) => bells,
+                Ok(Rung::LookAgain) => continue,
+                Ok(Rung::Superseded(newer)) => return Ok(Outcome::Superseded(newer)),
+                Err(e) if session_gone(&e) => {
+                    return Ok(Outcome::PlaceLost("the session expired while waiting"));
                 }
-                if look_again {
-                    break;
+                Err(e) => {
+                    outage.failed(self.link.failed(&e), sent_at, "watch the line")?;
+                    tokio::time::sleep(RETRY).await;
+                    continue;
                 }
-            }
-            if look_again {
-                continue;
-            }
-            if self.request.supersede {
-                let path = self
-                    .link
-                    .paths
-                    .child(&self.request.name, super::paths::SUPERSEDE);
-                match supersede::watch(self.link, self.session(), &path, self.token()).await {
-                    Ok(supersede::Watched::Newer(newer)) => {
-                        return Ok(Outcome::Superseded(newer));
-                    }
-                    Ok(supersede::Watched::Watching(watcher)) => {
-                        bells.spawn(watcher.changed());
-                    }
-                    Ok(supersede::Watched::Nothing) => {}
-                    Err(e) if session_gone(&e) => {
-                        return Ok(Outcome::PlaceLost("the session expired while waiting"));
-                    }
-                    Err(e) => outage.failed(self.link.failed(&e), sent_at, "watch the line")?,
-                }
-            }
+            };
             let timer = match timer.as_mut() {
                 Some(timer) => timer,
                 None => timer.insert(BootTimer::new().map_err(|e| BackendError::Failed {
@@ -403,16 +375,13 @@ impl<'a> Contender<'a> {
         if !self.request.supersede {
             return Ok(None);
         }
-        let path = self
-            .link
-            .paths
-            .child(&self.request.name, super::paths::SUPERSEDE);
+        let path = self.link.paths.child(&self.request.name, SUPERSEDE);
         supersede::newer(self.link, self.session(), &path, self.token())
             .await
             .map_err(|e| self.link.failed(&e))
     }
 
-    /// A free semaphore slot, claimed with an ephemeral znode (slot 0 without `--limit`).
+    /// A free semaphore slot (slot 0 without `--limit`).
     async fn claim_slot(&mut self, children: &[String], limit: u32) -> Result<u32, BackendError> {
         if limit == 1 {
             return Ok(0);
@@ -421,51 +390,17 @@ impl<'a> Contender<'a> {
             .joined
             .as_ref()
             .map_or_else(String::new, |j| j.node.clone());
-        let options = self.link.options(CreateMode::Ephemeral);
-        let mut taken: Vec<u32> = children.iter().filter_map(|c| slot_of(c)).collect();
-        for _ in 0..SLOT_TRIES {
-            let free: Vec<u32> = (0..limit).filter(|s| !taken.contains(s)).collect();
-            for slot in free {
-                let path = self.link.paths.slot(&self.request.name, slot);
-                let created = self
-                    .link
-                    .call(
-                        REQUEST_TIMEOUT,
-                        self.session().create(&path, own.as_bytes(), &options),
-                    )
-                    .await;
-                match created {
-                    Ok(_) => {
-                        self.slot = Some(slot);
-                        return Ok(slot);
-                    }
-                    Err(zk::Error::NodeExists) => {
-                        // Ours, if a create whose answer was lost made it.
-                        let data = self
-                            .link
-                            .call(REQUEST_TIMEOUT, self.session().get_data(&path));
-                        if let Ok((data, _)) = data.await
-                            && data == own.as_bytes()
-                        {
-                            self.slot = Some(slot);
-                            return Ok(slot);
-                        }
-                        taken.push(slot);
-                    }
-                    Err(e) => return Err(self.link.failed(&e)),
-                }
-            }
-            // A holder that left may still have had its slot when the children were read.
-            let children = self.children().await.map_err(|e| self.link.failed(&e))?;
-            taken = children.iter().filter_map(|c| slot_of(c)).collect();
-        }
-        Err(BackendError::Failed {
-            endpoint: self.link.endpoints().to_owned(),
-            reason: format!(
-                "no free slot among {limit} for {}: do all users of it pass the same --limit?",
-                self.request.name
-            ),
-        })
+        let slot = slots::claim(
+            self.link,
+            self.session(),
+            &self.request.name,
+            &own,
+            children,
+            limit,
+        )
+        .await?;
+        self.slot = Some(slot);
+        Ok(slot)
     }
 
     /// The lease this run holds now.

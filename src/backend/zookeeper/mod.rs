@@ -7,6 +7,7 @@
 
 mod acquire;
 mod backend;
+mod bells;
 mod contender;
 mod inspect;
 mod interval;
@@ -17,6 +18,7 @@ mod paths;
 mod record;
 mod session;
 mod settings;
+mod slots;
 mod supersede;
 
 pub use settings::Settings;
