@@ -32,6 +32,8 @@ use crate::name::LockName;
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
 /// Longest wait for a session to be established.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// Pause between two tries to open a session.
+const RECONNECT: Duration = Duration::from_millis(100);
 /// The session timeout `status`, `list` and `release --force` ask for.
 const INSPECT_SESSION: Duration = Duration::from_secs(10);
 
@@ -83,27 +85,35 @@ impl Link {
         &self.endpoints
     }
 
-    /// Opens a new session asking for `timeout` (the ensemble clamps it to 2–20 ticks).
+    /// Opens a new session asking for `timeout` (the ensemble clamps it to 2–20 ticks). The
+    /// client gives each handshake a fraction of the session timeout, which a loaded server can
+    /// miss for a short lease, so tries are repeated until [`CONNECT_TIMEOUT`] has passed.
     pub async fn session(&self, timeout: Duration) -> Result<zk::Client, BackendError> {
-        let mut connector = zk::Client::connector()
-            .with_session_timeout(timeout)
-            .with_connection_timeout(timeout / 2)
-            .with_fail_eagerly();
-        if let Some(digest) = &self.digest {
-            connector = connector.with_auth("digest", digest.as_bytes());
-        }
+        let deadline = tokio::time::Instant::now() + CONNECT_TIMEOUT;
         let unreachable = |reason: String| BackendError::Unreachable {
             endpoint: self.endpoints.clone(),
             reason,
         };
-        match tokio::time::timeout(CONNECT_TIMEOUT, connector.connect(&self.endpoints)).await {
-            Ok(Ok(client)) => Ok(client),
-            Ok(Err(zk::Error::NoHosts)) => Err(unreachable("no member answered".into())),
-            Ok(Err(e)) => Err(unreachable(self.reason(&e))),
-            Err(_) => Err(unreachable(format!(
-                "no session within {}",
-                duration(CONNECT_TIMEOUT)
-            ))),
+        loop {
+            let mut connector = zk::Client::connector()
+                .with_session_timeout(timeout)
+                .with_connection_timeout(timeout / 2)
+                .with_fail_eagerly();
+            if let Some(digest) = &self.digest {
+                connector = connector.with_auth("digest", digest.as_bytes());
+            }
+            let connecting = connector.connect(&self.endpoints);
+            let failure = match tokio::time::timeout_at(deadline, connecting).await {
+                Ok(Ok(client)) => return Ok(client),
+                Ok(Err(zk::Error::NoHosts)) => "no member answered".to_owned(),
+                Ok(Err(e)) if session_gone(&e) => return Err(unreachable(self.reason(&e))),
+                Ok(Err(e)) => self.reason(&e),
+                Err(_) => format!("no session within {}", duration(CONNECT_TIMEOUT)),
+            };
+            if tokio::time::Instant::now() + RECONNECT >= deadline {
+                return Err(unreachable(failure));
+            }
+            tokio::time::sleep(RECONNECT).await;
         }
     }
 
