@@ -34,6 +34,11 @@ use crate::name::LockName;
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
 /// Longest wait for a session to be established.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// The shortest silence after which the client gives up on a member. A sub-second TTL would
+/// otherwise have a connection given up after a quarter of a second of a loaded machine, although
+/// the ensemble grants at least two ticks (a second with a 500 ms tick); the client lowers it to
+/// two fifths of the granted session timeout when this is too long for it.
+const MIN_SILENCE: Duration = Duration::from_millis(500);
 /// Pause between two tries to open a session.
 const RECONNECT: Duration = Duration::from_millis(100);
 /// The session timeout `status`, `list` and `release --force` ask for.
@@ -99,7 +104,7 @@ impl Link {
         loop {
             let mut connector = zk::Client::connector()
                 .with_session_timeout(timeout)
-                .with_connection_timeout(timeout / 2)
+                .with_connection_timeout((timeout / 2).max(MIN_SILENCE))
                 .with_fail_eagerly();
             if let Some(digest) = &self.digest {
                 connector = connector.with_auth("digest", digest.as_bytes());
