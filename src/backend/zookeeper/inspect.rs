@@ -86,13 +86,25 @@ impl View {
 
 /// Who holds `name` now, and who waits.
 pub async fn status(link: &Link, name: &LockName) -> Result<LockStatus, BackendError> {
-    let client = link.inspector().await?;
-    Ok(view(link, &client, name).await?.status(name))
+    let lent = link.inspector().await?;
+    let viewed = view(link, &lent.client, name).await;
+    lent.done().await;
+    Ok(viewed?.status(name))
 }
 
 /// Every held name that starts with `prefix`, sorted by name.
 pub async fn list(link: &Link, prefix: &str) -> Result<Vec<LockStatus>, BackendError> {
-    let client = link.inspector().await?;
+    let lent = link.inspector().await?;
+    let listed = list_with(link, &lent.client, prefix).await;
+    lent.done().await;
+    listed
+}
+
+async fn list_with(
+    link: &Link,
+    client: &zk::Client,
+    prefix: &str,
+) -> Result<Vec<LockStatus>, BackendError> {
     let root = link.paths.root();
     let children = match link
         .call(REQUEST_TIMEOUT, client.list_children(&root))
@@ -109,7 +121,7 @@ pub async fn list(link: &Link, prefix: &str) -> Result<Vec<LockStatus>, BackendE
         .collect();
     let mut held = Vec::new();
     for name in names {
-        let status = view(link, &client, &name).await?.status(&name);
+        let status = view(link, client, &name).await?.status(&name);
         if status.held {
             held.push(status);
         }
@@ -119,8 +131,18 @@ pub async fn list(link: &Link, prefix: &str) -> Result<Vec<LockStatus>, BackendE
 
 /// Deletes every holder's znode (and slot) of `name`; returns how many there were.
 pub async fn force_release(link: &Link, name: &LockName) -> Result<usize, BackendError> {
-    let client = link.inspector().await?;
-    let view = view(link, &client, name).await?;
+    let lent = link.inspector().await?;
+    let dropped = force_release_with(link, &lent.client, name).await;
+    lent.done().await;
+    dropped
+}
+
+async fn force_release_with(
+    link: &Link,
+    client: &zk::Client,
+    name: &LockName,
+) -> Result<usize, BackendError> {
+    let view = view(link, client, name).await?;
     let holding = view.holding();
     let dir = link.paths.dir(name);
     let mut dropped = 0;
@@ -163,13 +185,22 @@ pub async fn force_release(link: &Link, name: &LockName) -> Result<usize, Backen
 
 /// The ensemble's clock: the modification time the leader gives a write to the root node.
 pub async fn server_time(link: &Link) -> Result<Option<std::time::SystemTime>, BackendError> {
-    let client = link.inspector().await?;
+    let lent = link.inspector().await?;
+    let read = server_time_with(link, &lent.client).await;
+    lent.done().await;
+    read
+}
+
+async fn server_time_with(
+    link: &Link,
+    client: &zk::Client,
+) -> Result<Option<std::time::SystemTime>, BackendError> {
     let root = link.paths.root();
     let mut touched = link
         .call(REQUEST_TIMEOUT, client.set_data(&root, &[], None))
         .await;
     if matches!(touched, Err(zk::Error::NoNode)) {
-        link.make_root(&client).await.map_err(|e| link.failed(&e))?;
+        link.make_root(client).await.map_err(|e| link.failed(&e))?;
         touched = link
             .call(REQUEST_TIMEOUT, client.set_data(&root, &[], None))
             .await;

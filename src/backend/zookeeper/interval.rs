@@ -28,19 +28,27 @@ pub async fn claim(
     name: &LockName,
     interval: Duration,
 ) -> Result<IntervalClaim, BackendError> {
-    let client = link.inspector().await?;
+    let lent = link.inspector().await?;
     let path = link.paths.child(name, RUN);
-    for _ in 0..TRIES {
-        match attempt(link, &client, name, &path, interval).await {
-            Ok(Some(claim)) => return Ok(claim),
-            Ok(None) => {}
-            Err(e) => return Err(link.failed(&e)),
-        }
-    }
-    Err(BackendError::Failed {
+    let mut claimed = Err(BackendError::Failed {
         endpoint: link.endpoints().to_owned(),
         reason: format!("too many runs of {name} claimed --min-interval at once"),
-    })
+    });
+    for _ in 0..TRIES {
+        match attempt(link, &lent.client, name, &path, interval).await {
+            Ok(Some(claim)) => {
+                claimed = Ok(claim);
+                break;
+            }
+            Ok(None) => {}
+            Err(e) => {
+                claimed = Err(link.failed(&e));
+                break;
+            }
+        }
+    }
+    lent.done().await;
+    claimed
 }
 
 /// One try; `None` when it raced with another writer.

@@ -9,7 +9,7 @@
 //! silent is left — in time for the lease when the silence began right after a renewal, too late
 //! when it began just before one (the supervisor then stops the command early).
 //! `status`, `list` and `release --force` use the run's session when there is one, else one of
-//! their own.
+//! their own, closed when they are done.
 //!
 //! With `USER:PASS`, every node lockrun creates gets an ACL that gives that identity every right
 //! and everyone else reading (the nodes above `lockrun`, creating too, so that other identities can
@@ -25,6 +25,7 @@ use std::time::Duration;
 use zookeeper_client::{self as zk, Acl, Acls, AuthId, CreateMode, Permission};
 
 use super::paths::Paths;
+use super::session::close;
 use super::settings::Settings;
 use crate::backend::{BackendError, Settings as _};
 use crate::messages::{duration, fragment};
@@ -41,6 +42,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 const MIN_SILENCE: Duration = Duration::from_millis(500);
 /// Pause between two tries to open a session.
 const RECONNECT: Duration = Duration::from_millis(100);
+/// How long an inspection waits for its own session to be closed.
+const CLOSE_WAIT: Duration = Duration::from_millis(500);
 /// The session timeout `status`, `list` and `release --force` ask for.
 const INSPECT_SESSION: Duration = Duration::from_secs(10);
 
@@ -124,16 +127,21 @@ impl Link {
         }
     }
 
-    /// The session to read and break locks with: the run's own when it has one.
-    pub async fn inspector(&self) -> Result<zk::Client, BackendError> {
+    /// The session to read and break locks with: the run's own when it has one, else one opened
+    /// for this inspection alone (and closed by [`Lent::done`]).
+    pub async fn inspector(&self) -> Result<Lent, BackendError> {
         if let Some(client) = self.lock().as_ref()
             && !client.state().is_terminated()
         {
-            return Ok(client.clone());
+            return Ok(Lent {
+                client: client.clone(),
+                owned: false,
+            });
         }
-        let client = self.session(INSPECT_SESSION).await?;
-        *self.lock() = Some(client.clone());
-        Ok(client)
+        Ok(Lent {
+            client: self.session(INSPECT_SESSION).await?,
+            owned: true,
+        })
     }
 
     /// Lets inspections use `client` (the run's session).
@@ -243,6 +251,23 @@ impl Link {
         {
             Ok(_) | Err(zk::Error::NodeExists) => Ok(()),
             Err(e) => Err(e),
+        }
+    }
+}
+
+/// A session lent to one inspection.
+pub struct Lent {
+    pub client: zk::Client,
+    /// Opened for this inspection alone.
+    owned: bool,
+}
+
+impl Lent {
+    /// Ends the inspection: a session opened for it is closed, so that it does not linger on the
+    /// ensemble until its timeout.
+    pub async fn done(self) {
+        if self.owned {
+            close(self.client, CLOSE_WAIT).await;
         }
     }
 }
