@@ -14,6 +14,9 @@ compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || missing+=(postgresql
 command -v psql >/dev/null 2>&1 || missing+=(postgresql-client)
 { command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ]; } || missing+=(mariadb-server)
 command -v mariadb >/dev/null 2>&1 || missing+=(mariadb-client)
+# ZooKeeper runs from Debian's jar (tests start it with java, never as a service).
+[ -e /usr/share/java/zookeeper.jar ] || missing+=(zookeeper)
+command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
 command -v setpriv >/dev/null 2>&1 || missing+=(util-linux)
 command -v script >/dev/null 2>&1 || missing+=(bsdutils)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)

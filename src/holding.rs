@@ -74,8 +74,14 @@ pub async fn run(config: RunConfig) -> Result<u8, Error> {
     if let Some(granted) = grant.ttl
         && granted != config.timing.ttl
     {
+        // etcd raises a short lease to its minimum; ZooKeeper also lowers a long one to its
+        // maximum session timeout.
+        let bound = match granted > config.timing.ttl {
+            true => "its minimum",
+            false => "its maximum",
+        };
         crate::info!(
-            "the backend granted a {} lease for the {} asked for (its minimum); the command is told {} ms",
+            "the backend granted a {} lease for the {} asked for ({bound}); the command is told {} ms",
             duration(granted),
             duration(config.timing.ttl),
             granted.as_millis()

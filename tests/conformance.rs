@@ -71,3 +71,4 @@ conformance!(etcd, crate::support::etcd_cluster::Etcd<1>);
 conformance!(etcd_cluster, crate::support::etcd_cluster::Etcd<3>);
 conformance!(postgres, crate::support::postgres_server::PgServer);
 conformance!(mysql, crate::support::mysql_server::MySqlServer);
+conformance!(zookeeper, crate::support::zk_ensemble::ZooKeeper<1>);

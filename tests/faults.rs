@@ -1,4 +1,5 @@
-//! Fault drills for the networked backends (Redis, etcd, PostgreSQL, MySQL), through the fault proxy of
+//! Fault drills for the networked backends (Redis, etcd, PostgreSQL, MySQL, ZooKeeper), through
+//! the fault proxy of
 //! `support::proxy`, against real servers started per test, driving the real `lockrun` binary.
 //!
 //! One test per backend and drill:
@@ -37,6 +38,7 @@ use crate::support::redis_server::RedisServer;
 use crate::support::scene::Scene;
 use crate::support::timing::LeaseTiming;
 use crate::support::wait::{SOON, alive, code, text, wait_before, wait_until};
+use crate::support::zk_ensemble::ZooKeeper;
 
 /// The lease every drill asks for (etcd's minimum with its default timing).
 const TTL: &str = "2s";
@@ -59,6 +61,10 @@ trait Wire: Fixture {
     /// How long to hold the acquiring request back, so that what was sent just before it (etcd's
     /// lease grant) is applied first.
     const ACQUIRE_HOLD: Duration = Duration::ZERO;
+    /// How a grant slower than its lease ends, exit status and what stderr says: given back and
+    /// asked again until the wait runs out. Where the lease is the session (ZooKeeper), replies
+    /// that slow expire the session itself, and no grant is ever taken.
+    const LATE_GRANT_ENDS: (i32, &'static str) = (76, "too late");
 }
 
 impl Wire for RedisServer {
@@ -192,6 +198,61 @@ fn lease_message(id: u64) -> Vec<u8> {
     message.extend_from_slice(&(body.len() as u32).to_be_bytes());
     message.extend_from_slice(&body);
     message
+}
+
+impl Wire for ZooKeeper<1> {
+    const LATE_GRANT_ENDS: (i32, &'static str) = (69, "session expired");
+
+    /// Makes each drill name's node, so that the acquiring create is applied at once rather than
+    /// refused for want of its parent (a container node, which the server removes only at its
+    /// next sweep, a minute after it starts).
+    fn warm_up(&self, s: &Scene) {
+        for name in (1..=10).map(|i| format!("acquire-{i}")) {
+            let out = s.run(["--name", &name, "--", "true"]);
+            assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+        }
+    }
+
+    /// The create of the contender's znode carries its path in clear, and nothing before it does
+    /// (the name's node has no `/x-`).
+    fn acquire_request(&self, name: &str) -> Vec<u8> {
+        format!("/lockrun/{name}/x-").into_bytes()
+    }
+
+    /// `exists` (opcode 3) on the holder's own znode, without a watch (its revocation watch sets
+    /// one).
+    fn renew_request(&self, name: &str, _holder: &Holder) -> Vec<u8> {
+        let mut request = zk_request(3, &zk_holder_znode(self, name));
+        request.push(0);
+        request
+    }
+
+    /// The release deletes the holder's znode first: `delete` (opcode 2) on its path.
+    fn release_request(&self, name: &str, _holder: &Holder) -> Vec<u8> {
+        zk_request(2, &zk_holder_znode(self, name))
+    }
+}
+
+/// The start of a ZooKeeper request with `opcode` on `path`: the opcode ends the header, the
+/// path (length, bytes) opens the body.
+fn zk_request(opcode: i32, path: &str) -> Vec<u8> {
+    let mut request = opcode.to_be_bytes().to_vec();
+    request.extend_from_slice(&(path.len() as u32).to_be_bytes());
+    request.extend_from_slice(path.as_bytes());
+    request
+}
+
+/// The znode of `name`'s holder, the first in line among the ephemerals `dump` lists (in the
+/// drills, A holds and B waits behind it).
+fn zk_holder_znode(zk: &ZooKeeper<1>, name: &str) -> String {
+    let dump = zk.four_letters(0, "dump").expect("dump answered");
+    let prefix = format!("/lockrun/{name}/x-");
+    dump.lines()
+        .map(str::trim)
+        .filter(|line| line.starts_with(&prefix))
+        .min_by_key(|path| path.rsplit('-').next().map(str::to_owned))
+        .unwrap_or_else(|| panic!("no znode of {name} in: {dump}"))
+        .to_owned()
 }
 
 /// Starts a holder of `name` through `url` (the proxy), and waits until its command runs.
@@ -528,9 +589,10 @@ fn late_grant<S: Wire>() {
     proxy.set_delay(Direction::ToClient, ttl + ttl / 5);
     let out = run.wait(Duration::from_secs(30));
     assert!(!w.path("ran").exists(), "a lease granted too late was used");
-    assert_eq!(code(&out), 76, "{}", text(&out.stderr));
+    let (status, said) = S::LATE_GRANT_ENDS;
+    assert_eq!(code(&out), status, "{}", text(&out.stderr));
     assert!(
-        text(&out.stderr).contains("too late") && !text(&out.stderr).contains("paused"),
+        text(&out.stderr).contains(said) && !text(&out.stderr).contains("paused"),
         "{}",
         text(&out.stderr)
     );
@@ -569,6 +631,7 @@ drills!(on_redis, RedisServer);
 drills!(on_etcd, Etcd<1>);
 drills!(on_postgres, PgServer);
 drills!(on_mysql, MySqlServer);
+drills!(on_zookeeper, ZooKeeper<1>);
 
 /// The proxy's faults, against a local echo server that records what it received.
 mod proxy_faults {

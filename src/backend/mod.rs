@@ -14,6 +14,7 @@ mod redis;
 mod spec;
 mod url;
 mod waiting;
+mod zookeeper;
 
 pub use api::{
     AcquireRequest, Acquired, Backend, BackendError, Cancel, Grant, HolderInfo, HolderStatus,

@@ -12,12 +12,12 @@ use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
 
-use super::{Backend, BackendError, etcd, file, mysql, postgres, redis};
+use super::{Backend, BackendError, etcd, file, mysql, postgres, redis, zookeeper};
 
 pub use super::url::redact;
 
 /// The schemes lockrun knows, for messages.
-const SCHEMES: &str = "file, redis, rediss, etcd, postgres, postgresql or mysql";
+const SCHEMES: &str = "file, redis, rediss, etcd, zk, postgres, postgresql or mysql";
 
 /// What every backend's settings offer, once parsed.
 #[async_trait]
@@ -58,6 +58,8 @@ pub enum BackendSpec {
     Postgres(Box<postgres::Settings>),
     /// A MySQL or MariaDB server.
     MySql(Box<mysql::Settings>),
+    /// A ZooKeeper ensemble.
+    ZooKeeper(Box<zookeeper::Settings>),
 }
 
 impl BackendSpec {
@@ -77,6 +79,9 @@ impl BackendSpec {
                 postgres::Settings::parse(raw).map(|s| BackendSpec::Postgres(Box::new(s)))
             }
             Some("mysql") => mysql::Settings::parse(raw).map(|s| BackendSpec::MySql(Box::new(s))),
+            Some("zk") => {
+                zookeeper::Settings::parse(raw).map(|s| BackendSpec::ZooKeeper(Box::new(s)))
+            }
             Some(other) => {
                 // A scheme of no backend: how it writes credentials is unknown, so nothing after
                 // it shows.
@@ -104,6 +109,7 @@ impl BackendSpec {
             BackendSpec::Etcd(s) => &**s,
             BackendSpec::Postgres(s) => &**s,
             BackendSpec::MySql(s) => &**s,
+            BackendSpec::ZooKeeper(s) => &**s,
         }
     }
 
@@ -183,6 +189,10 @@ mod tests {
             BackendSpec::parse("mysql://u:p@h:3307/db").unwrap(),
             BackendSpec::MySql(_)
         ));
+        assert!(matches!(
+            BackendSpec::parse("zk://u:p@a:2181,b:2181/jobs").unwrap(),
+            BackendSpec::ZooKeeper(_)
+        ));
     }
 
     #[test]
@@ -201,6 +211,8 @@ mod tests {
             "postgres://u:hunter2@h/db?nosuch=1",
             "mysql://u:hunter2@h",
             "mysql://u:hunter2@h/db?ssl-mode=bogus",
+            "zk://u:hunter2@h:1?x=1",
+            "zk://u:hunter2@h:1/a//b",
             "nonsense",
             "u:hunter2@h",
         ] {

@@ -38,7 +38,9 @@ pub struct Cli {
 
     /// Backend URL: file:///DIR (one host, no server), redis://[USER:PASS@]HOST[:PORT][/DB],
     /// rediss://… (TLS), etcd://[USER:PASS@]HOST:PORT[,HOST:PORT…][?cacert=CA.pem] (TLS with
-    /// cacert, plus cert= and key= for client certificates), postgres://… or postgresql://…
+    /// cacert, plus cert= and key= for client certificates),
+    /// zk://[USER:PASS@]HOST:PORT[,HOST:PORT…][/CHROOT] (ZooKeeper; USER:PASS is digest auth, and
+    /// the session timeout granted is the lease), postgres://… or postgresql://…
     /// (sslmode=require for TLS; lockrun_schema=NAME picks the schema of lockrun's tables),
     /// mysql://USER[:PASS]@HOST[:PORT]/DB for MySQL 8 or MariaDB 10.6+ (ssl-mode=REQUIRED,
     /// VERIFY_CA or VERIFY_IDENTITY and ssl-ca=PATH for TLS; lockrun_table_prefix=NAME names
@@ -88,8 +90,9 @@ pub struct RunArgs {
     #[arg(long, env = "LOCKRUN_NAME", value_name = "NAME", required = true, value_hint = ValueHint::Other)]
     pub name: Option<String>,
 
-    /// Lease length, e.g. 500ms, 15s, 2m. A backend may raise it to its minimum; the command is told
-    /// the granted value in $LOCKRUN_TTL_MS.
+    /// Lease length, e.g. 500ms, 15s, 2m. A backend may raise it to its minimum (ZooKeeper also
+    /// lowers it to its maximum session timeout); the command is told the granted value in
+    /// $LOCKRUN_TTL_MS.
     #[arg(
         allow_hyphen_values = true,
         long,

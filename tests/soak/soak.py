@@ -2,7 +2,7 @@
 """Chaos soak: W workers loop lockrun on ONE name while a chaos loop injects faults; a checker
 (check.py, next to this script) then proves the invariants on the log.
 
-Per backend (file, redis, etcd, postgres, mysql; the servers are started by this script on free
+Per backend (file, redis, etcd, postgres, mysql, zk; the servers are started by this script on free
 loopback ports in a temporary directory, as the benchmarks in bench/ do):
 
   * W workers (default 6) each loop `lockrun --backend URL --name soak --ttl T -- SECTION`.
@@ -31,7 +31,7 @@ loopback ports in a temporary directory, as the benchmarks in bench/ do):
     still alive (and not dying).
 
 Run (Python 3.11 standard library only, Linux only; bash, redis-server, etcd, PostgreSQL,
-mariadb-server):
+mariadb-server, and Debian's zookeeper jar with a JRE):
 
     python3 tests/soak/soak.py                     # all backends, 60 s each, cargo build --release
     python3 tests/soak/soak.py --backend redis --seconds 30 --bin target/debug/lockrun
@@ -73,7 +73,7 @@ import mariadb_server  # noqa: E402
 import check as soak_check  # noqa: E402
 from benchlib import Broken  # noqa: E402
 
-BACKENDS = ["file", "redis", "etcd", "postgres", "mysql"]
+BACKENDS = ["file", "redis", "etcd", "postgres", "mysql", "zk"]
 NAME = "soak"
 TTL = "1s"  # requested lease (etcd raises it to its minimum, 2 s); --ttl
 CI_TTL = "2s"  # --ci: more slack for a loaded CI machine (a lockrun starved past its lease
@@ -391,8 +391,49 @@ class MySqlBackend(Backend):
         self.server.start()
 
 
+
+class ZkBackend(Backend):
+    """A standalone ZooKeeper from Debian's jar: tick 500 ms (sessions of 1 to 10 s), admin server
+    off, every write synced (forceSync, as an ensemble that holds locks should), ready when `srvr`
+    reports a mode."""
+    kind = "zk"
+    JAR = "/usr/share/java/zookeeper.jar"
+
+    def __init__(self, tmp: Path):
+        if not Path(self.JAR).exists() or shutil.which("java") is None:
+            raise Broken(f"no {self.JAR} or no java (apt-get install zookeeper "
+                         "default-jre-headless)")
+        self.tmp = tmp
+        self.port = benchlib.free_port()
+        self.proc = None
+        self.log = open(tmp / "zookeeper.log", "ab")
+        (tmp / "zk").mkdir()
+        (tmp / "zoo.cfg").write_text(
+            f"tickTime=500\ndataDir={tmp / 'zk'}\nclientPort={self.port}\n"
+            "clientPortAddress=127.0.0.1\nadmin.enableServer=false\nmaxClientCnxns=0\n"
+            "4lw.commands.whitelist=srvr\n")
+
+    def url(self) -> str:
+        return f"zk://127.0.0.1:{self.port}"
+
+    def serving(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
+                s.sendall(b"srvr")
+                return b"Mode: " in s.recv(4096)
+        except OSError:
+            return False
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            ["java", "-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", self.JAR,
+             "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(self.tmp / "zoo.cfg")],
+            stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log, start_new_session=True)
+        self.wait_ready(self.serving, f"zookeeper on port {self.port} (see {self.tmp}/zookeeper.log)")
+
+
 BACKEND_CLASSES = {"file": FileBackend, "redis": RedisBackend, "etcd": EtcdBackend,
-                   "postgres": PostgresBackend, "mysql": MySqlBackend}
+                   "postgres": PostgresBackend, "mysql": MySqlBackend, "zk": ZkBackend}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -839,7 +880,7 @@ def main() -> int:
 
     benchlib.scrub_env("PG")
     needs = {"file": [], "redis": ["redis-server"], "etcd": ["etcd"], "postgres": [],
-             "mysql": ["mariadb-install-db"]}
+             "mysql": ["mariadb-install-db"], "zk": ["java"]}
     benchlib.require(["bash", "sleep"] + [p for b in backends for p in needs[b]])
     binary = benchlib.lockrun_binary(args.bin)
 

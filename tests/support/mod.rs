@@ -18,3 +18,4 @@ pub mod scene;
 pub mod timing;
 pub mod tools;
 pub mod wait;
+pub mod zk_ensemble;

@@ -1,0 +1,271 @@
+//! Reading and breaking locks from the outside: `status`, `list`, `release --force`, and the
+//! ensemble's clock for `lockrun drill`.
+//!
+//! A name's line is read in two round trips whatever its length: its children, then every
+//! contender's and slot's data and stat in one multi-read. A contender holds by the rule of
+//! [`Line`], counting by the `--limit` its own record declares; the limit shown is the largest
+//! any contender declared (1 for an empty line). ZooKeeper does not say how long ago a session was
+//! last heard from, so the time a holder has left is shown as its session timeout: the most it can
+//! have. A forced release deletes the holders' znodes (and their slots), which tells each at once
+//! through its watch; waiters keep their places, and tokens (create zxids) never go back.
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
+
+use zookeeper_client::{self as zk, MultiReadResult, Stat};
+
+use super::line::Line;
+use super::link::{Link, REQUEST_TIMEOUT};
+use super::paths::{self, Contender, slot_of};
+use super::record::Record;
+use crate::backend::{BackendError, HolderInfo, HolderStatus, LockStatus, MAX_LIMIT, WaiterStatus};
+use crate::name::LockName;
+
+/// One contender as read.
+struct Read {
+    contender: Contender,
+    record: Option<Record>,
+    stat: Stat,
+}
+
+/// A name's line as read, with the slots taken.
+struct View {
+    /// The contenders still there when their data was read, first in line first.
+    read: Vec<Read>,
+    /// Slot of each holder's znode name.
+    slots: HashMap<String, u32>,
+}
+
+impl View {
+    fn line(&self) -> Line {
+        Line {
+            contenders: self.read.iter().map(|r| r.contender.clone()).collect(),
+        }
+    }
+
+    fn limit_of(read: &Read) -> u32 {
+        read.record
+            .as_ref()
+            .map_or(1, |r| r.limit.clamp(1, MAX_LIMIT))
+    }
+
+    /// Which contenders hold.
+    fn holding(&self) -> Vec<bool> {
+        let line = self.line();
+        self.read
+            .iter()
+            .enumerate()
+            .map(|(at, read)| line.holds(at, Self::limit_of(read)))
+            .collect()
+    }
+
+    fn status(self, name: &LockName) -> LockStatus {
+        let holding = self.holding();
+        let limit = self.read.iter().map(Self::limit_of).max().unwrap_or(1);
+        let (mut holders, mut queue) = (Vec::new(), Vec::new());
+        for (at, read) in self.read.into_iter().enumerate() {
+            let (info, ttl) = match read.record {
+                Some(record) => (record.holder, Duration::from_millis(record.ttl_ms)),
+                None => (HolderInfo::unknown(), Duration::ZERO),
+            };
+            if !holding[at] {
+                queue.push(WaiterStatus::new(info));
+                continue;
+            }
+            let slot = self
+                .slots
+                .get(&read.contender.node)
+                .copied()
+                .unwrap_or(u32::try_from(holders.len()).unwrap_or(0));
+            let token = u64::try_from(read.stat.czxid).unwrap_or(0);
+            holders.push(HolderStatus::new(info, token, slot, ttl));
+        }
+        LockStatus::new(name, limit, holders, queue)
+    }
+}
+
+/// Who holds `name` now, and who waits.
+pub async fn status(link: &Link, name: &LockName) -> Result<LockStatus, BackendError> {
+    let lent = link.inspector().await?;
+    let viewed = view(link, &lent.client, name).await;
+    lent.done().await;
+    Ok(viewed?.status(name))
+}
+
+/// Every held name that starts with `prefix`, sorted by name.
+pub async fn list(link: &Link, prefix: &str) -> Result<Vec<LockStatus>, BackendError> {
+    let lent = link.inspector().await?;
+    let listed = list_with(link, &lent.client, prefix).await;
+    lent.done().await;
+    listed
+}
+
+async fn list_with(
+    link: &Link,
+    client: &zk::Client,
+    prefix: &str,
+) -> Result<Vec<LockStatus>, BackendError> {
+    let root = link.paths.root();
+    let children = match link
+        .call(REQUEST_TIMEOUT, client.list_children(&root))
+        .await
+    {
+        Ok(children) => children,
+        Err(zk::Error::NoNode) => return Ok(Vec::new()),
+        Err(e) => return Err(link.failed(&e)),
+    };
+    let names: BTreeSet<LockName> = children
+        .iter()
+        .filter_map(|child| paths::decode(child))
+        .filter(|name| name.as_str().starts_with(prefix))
+        .collect();
+    let mut held = Vec::new();
+    for name in names {
+        let status = view(link, client, &name).await?.status(&name);
+        if status.held {
+            held.push(status);
+        }
+    }
+    Ok(held)
+}
+
+/// Deletes every holder's znode (and slot) of `name`; returns how many there were.
+pub async fn force_release(link: &Link, name: &LockName) -> Result<usize, BackendError> {
+    let lent = link.inspector().await?;
+    let dropped = force_release_with(link, &lent.client, name).await;
+    lent.done().await;
+    dropped
+}
+
+async fn force_release_with(
+    link: &Link,
+    client: &zk::Client,
+    name: &LockName,
+) -> Result<usize, BackendError> {
+    let view = view(link, client, name).await?;
+    let holding = view.holding();
+    let dir = link.paths.dir(name);
+    let mut dropped = 0;
+    for (read, _) in view.read.iter().zip(holding).filter(|(_, holds)| *holds) {
+        let node = format!("{dir}/{}", read.contender.node);
+        let slot = view
+            .slots
+            .get(&read.contender.node)
+            .map(|slot| link.paths.slot(name, *slot));
+        // The znode and its slot together, so no newcomer finds the slot still taken.
+        let mut writer = client.new_multi_writer();
+        let together = match &slot {
+            Some(slot) => {
+                let added = writer
+                    .add_delete(slot, None)
+                    .and(writer.add_delete(&node, None));
+                match added {
+                    Ok(()) => matches!(
+                        tokio::time::timeout(REQUEST_TIMEOUT, writer.commit()).await,
+                        Ok(Ok(_))
+                    ),
+                    Err(_) => false,
+                }
+            }
+            None => false,
+        };
+        if together {
+            dropped += 1;
+            continue;
+        }
+        match link.call(REQUEST_TIMEOUT, client.delete(&node, None)).await {
+            Ok(()) => dropped += 1,
+            // It left meanwhile.
+            Err(zk::Error::NoNode) => {}
+            Err(e) => return Err(link.failed(&e)),
+        }
+    }
+    Ok(dropped)
+}
+
+/// The ensemble's clock: the modification time the leader gives a write to the root node.
+pub async fn server_time(link: &Link) -> Result<Option<std::time::SystemTime>, BackendError> {
+    let lent = link.inspector().await?;
+    let read = server_time_with(link, &lent.client).await;
+    lent.done().await;
+    read
+}
+
+async fn server_time_with(
+    link: &Link,
+    client: &zk::Client,
+) -> Result<Option<std::time::SystemTime>, BackendError> {
+    let root = link.paths.root();
+    let mut touched = link
+        .call(REQUEST_TIMEOUT, client.set_data(&root, &[], None))
+        .await;
+    if matches!(touched, Err(zk::Error::NoNode)) {
+        link.make_root(client).await.map_err(|e| link.failed(&e))?;
+        touched = link
+            .call(REQUEST_TIMEOUT, client.set_data(&root, &[], None))
+            .await;
+    }
+    match touched {
+        Ok(stat) => Ok(Some(
+            std::time::UNIX_EPOCH + Duration::from_millis(u64::try_from(stat.mtime).unwrap_or(0)),
+        )),
+        // Another identity's tree: no clock to read without writing to it.
+        Err(zk::Error::NoAuth) => Ok(None),
+        Err(e) => Err(link.failed(&e)),
+    }
+}
+
+/// Reads `name`'s line: its children, then every contender's and slot's data in one multi-read.
+async fn view(link: &Link, client: &zk::Client, name: &LockName) -> Result<View, BackendError> {
+    let dir = link.paths.dir(name);
+    let children = match link.call(REQUEST_TIMEOUT, client.list_children(&dir)).await {
+        Ok(children) => children,
+        Err(zk::Error::NoNode) => Vec::new(),
+        Err(e) => return Err(link.failed(&e)),
+    };
+    let line = Line::of(&children);
+    let slot_nodes: Vec<(u32, &String)> = children
+        .iter()
+        .filter_map(|c| slot_of(c).map(|slot| (slot, c)))
+        .collect();
+    if line.contenders.is_empty() {
+        return Ok(View {
+            read: Vec::new(),
+            slots: HashMap::new(),
+        });
+    }
+    let mut reader = client.new_multi_reader();
+    let paths = line
+        .contenders
+        .iter()
+        .map(|c| &c.node)
+        .chain(slot_nodes.iter().map(|(_, node)| *node));
+    for node in paths {
+        reader
+            .add_get_data(&format!("{dir}/{node}"))
+            .map_err(|e| link.failed(&e))?;
+    }
+    let results = link
+        .call(REQUEST_TIMEOUT, reader.commit())
+        .await
+        .map_err(|e| link.failed(&e))?;
+    let mut results = results.into_iter();
+    let mut read = Vec::new();
+    for contender in line.contenders {
+        // A contender gone between the two reads has left the line.
+        if let Some(MultiReadResult::Data { data, stat }) = results.next() {
+            read.push(Read {
+                record: Record::decode(&data),
+                contender,
+                stat,
+            });
+        }
+    }
+    let mut slots = HashMap::new();
+    for (slot, _) in slot_nodes {
+        if let Some(MultiReadResult::Data { data, .. }) = results.next() {
+            slots.insert(String::from_utf8_lossy(&data).into_owned(), slot);
+        }
+    }
+    Ok(View { read, slots })
+}

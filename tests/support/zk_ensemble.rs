@@ -1,0 +1,354 @@
+//! Private ZooKeeper servers per test (Debian's `zookeeper` package, run straight from its jar —
+//! never a system service): one standalone server, or a three-member ensemble, on free loopback
+//! ports (client, peer, election), data in a temporary directory, killed on drop. `tickTime` is
+//! 500 ms, so session timeouts from 1 s to 10 s are granted; the admin server is off. A member is
+//! ready when it answers the `srvr` four-letter word with its mode (standalone, leader or
+//! follower: polled, never a fixed sleep); the members of an ensemble start in parallel. A member
+//! can be killed, restarted on its ports with its data, and paused with SIGSTOP.
+//!
+//! As a [`Fixture`], [`ZooKeeper<1>`] is the standalone server; a fault hits every member.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::ops::{Deref, DerefMut};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+use super::fixture::{Counter, Fixture, free_port};
+use super::proxy::Proxy;
+use super::wait::wait_until;
+
+/// The server's jar (its manifest names the libraries it needs).
+const JAR: &str = "/usr/share/java/zookeeper.jar";
+/// How long a member (or the whole ensemble) may take to serve.
+const READY: Duration = Duration::from_secs(60);
+/// The user name of the digest identity in URLs with a password.
+pub const USER: &str = "lockrun";
+
+struct Member {
+    client_port: u16,
+    peer_port: u16,
+    election_port: u16,
+    child: Option<Child>,
+}
+
+/// A running standalone server or ensemble owned by one test.
+pub struct ZkEnsemble {
+    dir: tempfile::TempDir,
+    members: Vec<Member>,
+    password: Option<String>,
+    properties: Vec<String>,
+}
+
+impl ZkEnsemble {
+    /// `size` members (1: standalone), started together, each serving.
+    pub fn start(size: usize) -> Self {
+        Self::start_with(size, &[])
+    }
+
+    /// [`ZkEnsemble::start`] with Java system properties (`-Dkey=value`) for every member.
+    pub fn start_with(size: usize, properties: &[&str]) -> Self {
+        // Another process may take a probed port before a member binds it: try a few times.
+        for _ in 0..5 {
+            let mut ensemble = ZkEnsemble {
+                dir: tempfile::tempdir().expect("temp dir"),
+                members: (0..size)
+                    .map(|_| Member {
+                        client_port: free_port(),
+                        peer_port: free_port(),
+                        election_port: free_port(),
+                        child: None,
+                    })
+                    .collect(),
+                password: None,
+                properties: properties.iter().map(|p| (*p).to_owned()).collect(),
+            };
+            for i in 0..size {
+                ensemble.configure(i);
+                ensemble.launch(i);
+            }
+            let ready = wait_until(READY, || {
+                ensemble.all_running() && (0..size).all(|i| ensemble.mode(i).is_some())
+            });
+            if ready {
+                return ensemble;
+            }
+        }
+        panic!("zookeeper did not start (is the zookeeper package installed, with a JRE?)");
+    }
+
+    fn member_dir(&self, i: usize) -> PathBuf {
+        self.dir.path().join(format!("m{i}"))
+    }
+
+    /// Writes member `i`'s `zoo.cfg` and `myid`.
+    fn configure(&self, i: usize) {
+        let dir = self.member_dir(i);
+        std::fs::create_dir_all(dir.join("data")).expect("member data dir");
+        let member = &self.members[i];
+        let mut cfg = format!(
+            "tickTime=500\ninitLimit=10\nsyncLimit=4\ndataDir={}\nclientPort={}\n\
+             clientPortAddress=127.0.0.1\nadmin.enableServer=false\nforceSync=no\n\
+             maxClientCnxns=0\n4lw.commands.whitelist=srvr,ruok,wchp,dump\n",
+            dir.join("data").display(),
+            member.client_port
+        );
+        if self.members.len() > 1 {
+            for (id, m) in self.members.iter().enumerate() {
+                cfg.push_str(&format!(
+                    "server.{}=127.0.0.1:{}:{}\n",
+                    id + 1,
+                    m.peer_port,
+                    m.election_port
+                ));
+            }
+            std::fs::write(dir.join("data/myid"), format!("{}\n", i + 1)).expect("myid");
+        }
+        std::fs::write(dir.join("zoo.cfg"), cfg).expect("zoo.cfg");
+    }
+
+    /// Spawns member `i` with its configuration.
+    fn launch(&mut self, i: usize) {
+        let dir = self.member_dir(i);
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("server.log"))
+            .expect("zookeeper log file");
+        let child = Command::new("java")
+            .args(["-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"])
+            .args(["-cp", JAR, "-Dzookeeper.admin.enableServer=false"])
+            .args(&self.properties)
+            .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
+            .arg(dir.join("zoo.cfg"))
+            .current_dir(&dir)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log file"))
+            .stderr(log)
+            .spawn()
+            .expect("spawn java (is a JRE installed?)");
+        self.members[i].child = Some(child);
+    }
+
+    fn all_running(&mut self) -> bool {
+        self.members.iter_mut().all(|m| {
+            m.child
+                .as_mut()
+                .is_some_and(|c| c.try_wait().ok().flatten().is_none())
+        })
+    }
+
+    /// Member `i`'s answer to a four-letter word, if it answers.
+    pub fn four_letters(&self, i: usize, word: &str) -> Option<String> {
+        let mut stream = TcpStream::connect(("127.0.0.1", self.members[i].client_port)).ok()?;
+        stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+        stream.write_all(word.as_bytes()).ok()?;
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).ok()?;
+        Some(answer)
+    }
+
+    /// Member `i`'s mode (`standalone`, `leader`, `follower`) while it serves.
+    pub fn mode(&self, i: usize) -> Option<String> {
+        let answer = self.four_letters(i, "srvr")?;
+        answer
+            .lines()
+            .find_map(|l| l.strip_prefix("Mode: "))
+            .map(str::to_owned)
+    }
+
+    /// The member that leads (0 for a standalone server), once one does.
+    pub fn leader(&self) -> usize {
+        let mut found = None;
+        let led = wait_until(READY, || {
+            found = (0..self.members.len())
+                .find(|&i| matches!(self.mode(i).as_deref(), Some("leader" | "standalone")));
+            found.is_some()
+        });
+        assert!(led, "no member leads");
+        found.unwrap_or(0)
+    }
+
+    /// How many znodes member `i` holds.
+    pub fn node_count(&self, i: usize) -> u64 {
+        let answer = self.four_letters(i, "srvr").expect("srvr answered");
+        answer
+            .lines()
+            .find_map(|l| l.strip_prefix("Node count: "))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no node count in {answer}"))
+    }
+
+    /// The last zxid member `i` has seen.
+    fn zxid(&self, i: usize) -> u64 {
+        let answer = self.four_letters(i, "srvr").expect("srvr answered");
+        let hex = answer
+            .lines()
+            .find_map(|l| l.strip_prefix("Zxid: 0x"))
+            .unwrap_or_else(|| panic!("no zxid in {answer}"));
+        u64::from_str_radix(hex.trim(), 16).expect("a hex zxid")
+    }
+
+    pub fn client_port(&self, i: usize) -> u16 {
+        self.members[i].client_port
+    }
+
+    /// `127.0.0.1:PORT` of member `i`.
+    pub fn endpoint(&self, i: usize) -> String {
+        format!("127.0.0.1:{}", self.client_port(i))
+    }
+
+    /// `zk://` with every member, member 0 first (and the password, if set).
+    pub fn url(&self) -> String {
+        let endpoints: Vec<String> = (0..self.members.len()).map(|i| self.endpoint(i)).collect();
+        format!("zk://{}{}", self.userinfo(), endpoints.join(","))
+    }
+
+    /// `USER:PASSWORD@`, or nothing.
+    pub fn userinfo(&self) -> String {
+        self.password
+            .as_ref()
+            .map_or_else(String::new, |password| format!("{USER}:{password}@"))
+    }
+
+    /// Kills member `i` (SIGKILL: no goodbye to its peers or clients).
+    pub fn kill_member(&mut self, i: usize) {
+        if let Some(mut child) = self.members[i].child.take() {
+            let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGCONT);
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts member `i` again on its ports, with its data.
+    pub fn restart_member(&mut self, i: usize) {
+        self.kill_member(i);
+        self.launch(i);
+    }
+
+    /// Freezes member `i` (SIGSTOP): it keeps its connections but answers nothing.
+    pub fn pause_member(&self, i: usize) {
+        if let Some(child) = &self.members[i].child {
+            kill(Pid::from_raw(child.id() as i32), Signal::SIGSTOP).expect("SIGSTOP zookeeper");
+        }
+    }
+
+    pub fn resume_member(&self, i: usize) {
+        if let Some(child) = &self.members[i].child {
+            kill(Pid::from_raw(child.id() as i32), Signal::SIGCONT).expect("SIGCONT zookeeper");
+        }
+    }
+
+    /// Waits until every member serves again.
+    pub fn wait_serving(&mut self) {
+        let size = self.members.len();
+        let ready = wait_until(READY, || {
+            self.all_running() && (0..size).all(|i| self.mode(i).is_some())
+        });
+        assert!(ready, "zookeeper did not serve again");
+    }
+
+    pub fn kill_all(&mut self) {
+        for i in 0..self.members.len() {
+            self.kill_member(i);
+        }
+    }
+}
+
+impl Drop for ZkEnsemble {
+    fn drop(&mut self) {
+        self.kill_all();
+    }
+}
+
+/// A ZooKeeper of `MEMBERS` members as a backend under test.
+pub struct ZooKeeper<const MEMBERS: usize> {
+    ensemble: ZkEnsemble,
+}
+
+impl<const MEMBERS: usize> Deref for ZooKeeper<MEMBERS> {
+    type Target = ZkEnsemble;
+
+    fn deref(&self) -> &ZkEnsemble {
+        &self.ensemble
+    }
+}
+
+impl<const MEMBERS: usize> DerefMut for ZooKeeper<MEMBERS> {
+    fn deref_mut(&mut self) -> &mut ZkEnsemble {
+        &mut self.ensemble
+    }
+}
+
+impl<const MEMBERS: usize> Fixture for ZooKeeper<MEMBERS> {
+    fn start() -> Self {
+        ZooKeeper {
+            ensemble: ZkEnsemble::start(MEMBERS),
+        }
+    }
+
+    /// Digest authentication: the first run creates the lock tree with an ACL for its identity,
+    /// so a wrong password is another identity, refused.
+    fn with_password(password: &str) -> Option<Self> {
+        let mut zk = Self::start();
+        zk.ensemble.password = Some(password.to_owned());
+        Some(zk)
+    }
+
+    fn url(&self) -> String {
+        self.ensemble.url()
+    }
+
+    fn url_at(authority: &str) -> String {
+        format!("zk://{authority}")
+    }
+
+    fn malformed() -> Vec<(String, String)> {
+        vec![
+            ("zk://u:hunter2@127.0.0.1:1?x=1".into(), "x".into()),
+            ("zk://u:hunter2@127.0.0.1:1/a/../b".into(), "chroot".into()),
+            ("zk://u@127.0.0.1:1".into(), "USER:PASS".into()),
+        ]
+    }
+
+    /// Every request through one proxy in front of member 0 (the URL names no other member).
+    fn proxied(&self) -> Option<(Proxy, String)> {
+        Some(Proxy::in_front_of(self.client_port(0), |port| {
+            format!("zk://{}127.0.0.1:{port}", self.userinfo())
+        }))
+    }
+
+    fn kill(&mut self) {
+        self.ensemble.kill_all();
+    }
+
+    fn pause(&self) {
+        for i in 0..MEMBERS {
+            self.ensemble.pause_member(i);
+        }
+    }
+
+    fn resume(&self) {
+        for i in 0..MEMBERS {
+            self.ensemble.resume_member(i);
+        }
+    }
+
+    /// Tokens are zxids, kept in the members' transaction logs, which a crash keeps: a wipe
+    /// changes nothing here.
+    fn restart(&mut self, _wipe: bool) {
+        self.ensemble.kill_all();
+        for i in 0..MEMBERS {
+            self.ensemble.launch(i);
+        }
+        self.ensemble.wait_serving();
+    }
+
+    fn counter(&self, _name: &str) -> Counter {
+        Counter::AtLeast(self.ensemble.zxid(self.ensemble.leader()))
+    }
+}
