@@ -10,6 +10,7 @@ mod etcd;
 mod file;
 mod postgres;
 mod redis;
+mod redlock;
 mod spec;
 mod url;
 mod waiting;

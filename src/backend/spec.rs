@@ -12,12 +12,12 @@ use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
 
-use super::{Backend, BackendError, etcd, file, postgres, redis};
+use super::{Backend, BackendError, etcd, file, postgres, redis, redlock};
 
 pub use super::url::redact;
 
 /// The schemes lockrun knows, for messages.
-const SCHEMES: &str = "file, redis, rediss, etcd, postgres or postgresql";
+const SCHEMES: &str = "file, redis, rediss, redlock, etcd, postgres or postgresql";
 
 /// What every backend's settings offer, once parsed.
 #[async_trait]
@@ -52,6 +52,8 @@ pub enum BackendSpec {
     File(file::Settings),
     /// One Redis server (`redis://`, `rediss://`).
     Redis(Box<redis::Settings>),
+    /// Redlock over N independent Redis masters (`redlock://`).
+    Redlock(Box<redlock::Settings>),
     /// An etcd cluster.
     Etcd(Box<etcd::Settings>),
     /// A PostgreSQL server.
@@ -69,6 +71,9 @@ impl BackendSpec {
             Some("file") => file::Settings::parse(raw).map(BackendSpec::File),
             Some("redis" | "rediss") => {
                 redis::Settings::parse(raw).map(|s| BackendSpec::Redis(Box::new(s)))
+            }
+            Some("redlock") => {
+                redlock::Settings::parse(raw).map(|s| BackendSpec::Redlock(Box::new(s)))
             }
             Some("etcd") => etcd::Settings::parse(raw).map(|s| BackendSpec::Etcd(Box::new(s))),
             Some("postgres" | "postgresql") => {
@@ -98,6 +103,7 @@ impl BackendSpec {
         match self {
             BackendSpec::File(s) => s,
             BackendSpec::Redis(s) => &**s,
+            BackendSpec::Redlock(s) => &**s,
             BackendSpec::Etcd(s) => &**s,
             BackendSpec::Postgres(s) => &**s,
         }
@@ -175,6 +181,10 @@ mod tests {
             BackendSpec::Etcd(_)
         ));
         assert!(BackendSpec::parse("postgresql://u@h/db").is_ok());
+        assert!(matches!(
+            BackendSpec::parse("redlock://a:1,b:1,c:1").unwrap(),
+            BackendSpec::Redlock(_)
+        ));
     }
 
     #[test]
@@ -186,6 +196,8 @@ mod tests {
             "redis://u:hunter2@h/x",
             "redis://u:hunter2@h:1?tls=1",
             "etcd://u:hunter2@h",
+            "redlock://u:hunter2@h:1,h:2",
+            "redlock://hunter2@h:1,h:2,h:1",
             "etcd://u:hunter2@h:1?tls=1",
             "etcd://h:1,h",
             "etcd://u:hunter2@h:1?cert=/c.pem",
@@ -212,6 +224,10 @@ mod tests {
             "postgres://h/db?user=x&password=***"
         );
         assert_eq!(shown("file:///x"), "file:///x");
+        assert_eq!(
+            shown("redlock://u:pw@a:1,b:1,c:1"),
+            "redlock://***@a:1,b:1,c:1"
+        );
         assert!(BackendSpec::parse("redis://:pw@h").unwrap().has_secret());
         assert!(!BackendSpec::parse("redis://h").unwrap().has_secret());
     }
