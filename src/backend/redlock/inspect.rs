@@ -23,6 +23,8 @@ use crate::name::LockName;
 
 /// Keys asked for per `SCAN` step.
 const SCAN_COUNT: u32 = 1000;
+/// How long a read waits for more masters once a quorum has answered.
+const STRAGGLERS: Duration = Duration::from_millis(250);
 
 /// One master's view: waiters `(id, ticket, record)` in line order, holders `(id, slot, token,
 /// record, ms left)`.
@@ -43,7 +45,7 @@ pub async fn status(masters: &Masters, name: &LockName) -> Result<LockStatus, Ba
         .key(keys.qinfo())
         .keys(keys.slots(limit));
     let views = masters
-        .all_of(masters.call::<View>(&call, REQUEST_TIMEOUT))
+        .most_of(masters.call::<View>(&call, REQUEST_TIMEOUT), STRAGGLERS)
         .await?;
     let views: Vec<View> = views.into_iter().map(|(_, view)| view).collect();
     Ok(combine(name, limit, &views, masters.quorum()))
@@ -149,7 +151,7 @@ pub async fn list(masters: &Masters, prefix: &str) -> Result<Vec<LockStatus>, Ba
         }
     });
     let names: BTreeSet<LockName> = masters
-        .all_of(round)
+        .most_of(round, STRAGGLERS)
         .await?
         .into_iter()
         .flat_map(|(_, names)| names)
@@ -179,7 +181,7 @@ pub async fn force_release(masters: &Masters, name: &LockName) -> Result<usize, 
         .arg(keys.wake_prefix())
         .arg(keys.revoke_prefix());
     let dropped = masters
-        .all_of(masters.call::<u64>(&call, REQUEST_TIMEOUT))
+        .most_of(masters.call::<u64>(&call, REQUEST_TIMEOUT), STRAGGLERS)
         .await?;
     let most = dropped.into_iter().map(|(_, n)| n).max().unwrap_or(0);
     Ok(usize::try_from(most).unwrap_or(usize::MAX))
@@ -227,7 +229,7 @@ pub async fn server_time(masters: &Masters) -> Result<std::time::SystemTime, Bac
         Ok(Duration::from_secs(secs) + Duration::from_micros(micros))
     });
     let mut times: Vec<Duration> = masters
-        .all_of(round)
+        .most_of(round, STRAGGLERS)
         .await?
         .into_iter()
         .map(|(_, t)| t)
@@ -247,7 +249,7 @@ async fn known_limit(masters: &Masters, keys: &Keys) -> Result<u32, BackendError
             link.command::<Option<u32>>(REQUEST_TIMEOUT, &get).await
         }
     });
-    let limits = masters.all_of(round).await?;
+    let limits = masters.most_of(round, STRAGGLERS).await?;
     let limit = limits.into_iter().filter_map(|(_, l)| l).max();
     Ok(limit.unwrap_or(1).clamp(1, MAX_LIMIT))
 }

@@ -46,8 +46,14 @@ impl<T> Round<T> {
 
     /// The next answer if it comes within `grace`: for answers worth having that the caller
     /// does not need to wait long for.
-    pub async fn next_within(&mut self, grace: Duration) -> Option<(usize, Result<T, BackendError>)> {
-        tokio::time::timeout(grace, self.next()).await.ok().flatten()
+    pub async fn next_within(
+        &mut self,
+        grace: Duration,
+    ) -> Option<(usize, Result<T, BackendError>)> {
+        tokio::time::timeout(grace, self.next())
+            .await
+            .ok()
+            .flatten()
     }
 
     /// How many masters have not answered yet.
@@ -159,14 +165,24 @@ impl Masters {
         self.at_least_a_quorum(answers, failures)
     }
 
-    /// [`Masters::quorum_of`], waiting for every master that answers in time rather than for a
-    /// quorum only (for reads of what the masters hold); the answers in the masters' order.
-    pub async fn all_of<T>(&self, mut round: Round<T>) -> Result<Vec<(usize, T)>, BackendError> {
+    /// [`Masters::quorum_of`], and then the answers of the other masters that come within
+    /// `grace` (for reads of what the masters hold: a master that is down or frozen costs no more
+    /// than the grace); the answers in the masters' order.
+    pub async fn most_of<T>(
+        &self,
+        mut round: Round<T>,
+        grace: Duration,
+    ) -> Result<Vec<(usize, T)>, BackendError> {
         let (mut answers, mut failures) = (Vec::new(), Vec::new());
-        while let Some((i, answer)) = round.next().await {
-            match answer {
-                Ok(value) => answers.push((i, value)),
-                Err(e) => failures.push((i, e)),
+        loop {
+            let next = match answers.len() >= self.quorum() {
+                true => round.next_within(grace).await,
+                false => round.next().await,
+            };
+            match next {
+                Some((i, Ok(value))) => answers.push((i, value)),
+                Some((i, Err(e))) => failures.push((i, e)),
+                None => break,
             }
         }
         answers.sort_by_key(|(i, _)| *i);
