@@ -3,7 +3,7 @@
 //!
 //! - [`conformance`]: the contract's scenarios, written once and run on every backend;
 //! - one module per backend for what only that backend has ([`file_backend`], [`redis`],
-//!   [`etcd`], [`postgres`]);
+//!   [`redlock`], [`etcd`], [`postgres`]);
 //! - [`faults`]: lost acknowledgements, late releases, delays and resets through a fault proxy;
 //! - [`cli`], [`hostile_input`]: usage errors and fuzzed input; [`process`]: the command's life
 //!   (exit statuses, signals, descendants); [`clocks`]: wall-clock steps; [`drill`]: `lockrun
@@ -24,3 +24,4 @@ mod hostile_input;
 mod postgres;
 mod process;
 mod redis;
+mod redlock;

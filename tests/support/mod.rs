@@ -12,6 +12,7 @@ pub mod lockrun;
 pub mod postgres_server;
 pub mod proxy;
 pub mod redis_server;
+pub mod redlock_servers;
 pub mod scene;
 pub mod timing;
 pub mod tools;
