@@ -6,7 +6,7 @@
 //! agreed, or can no longer agree). A request the caller no longer waits for still runs to its end
 //! in its task, so a slow master's connection is never dropped half-way (which would throw it
 //! away), and its answer lands before anything sent to that master later on the same connection.
-//! A master that is down when lockrun starts is tried again by every later round.
+//! Nothing connects before the first round; a master that is down is tried again by every round.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -63,35 +63,15 @@ impl<T> Round<T> {
 }
 
 impl Masters {
-    /// Connects to every master at once; succeeds when a quorum answers a PING. The others are
-    /// named in a warning and tried again by every request.
-    pub async fn open(settings: &[redis::Settings]) -> Result<Self, BackendError> {
+    /// The masters `settings` name, not connected yet: the first round connects to every master
+    /// at once, and is what finds a quorum unreachable (a PING first would cost every run one
+    /// more round trip). A master that is down is tried again by every round.
+    pub fn new(settings: &[redis::Settings]) -> Result<Self, BackendError> {
         let links = settings
             .iter()
             .map(|s| Link::new(s).map(Arc::new))
             .collect::<Result<Vec<_>, _>>()?;
-        let masters = Masters { links };
-        let mut round = masters.send(|link| async move { link.ping().await });
-        let (mut answered, mut failures) = (0, Vec::new());
-        while let Some((i, answer)) = round.next().await {
-            match answer {
-                Ok(()) => answered += 1,
-                Err(e) => failures.push((i, e)),
-            }
-            if answered >= masters.quorum() {
-                break;
-            }
-            if failures.len() > masters.len() - masters.quorum() {
-                return Err(masters.no_quorum(failures));
-            }
-        }
-        if answered < masters.quorum() {
-            return Err(masters.no_quorum(failures));
-        }
-        for (_, e) in &failures {
-            crate::warn!("{e}; going on with the other masters");
-        }
-        Ok(masters)
+        Ok(Masters { links })
     }
 
     /// How many masters there are.
@@ -218,10 +198,12 @@ impl Masters {
                 .collect::<Vec<_>>()
                 .join("; "),
         };
+        let endpoints: Vec<&str> = self.links.iter().map(|l| l.endpoint()).collect();
         let what = format!(
-            "a quorum of the redlock masters ({} of {})",
+            "a quorum ({} of {}) of the redlock masters {}",
             self.quorum(),
-            self.len()
+            self.len(),
+            endpoints.join(", ")
         );
         match unreachable {
             true => BackendError::Unreachable {

@@ -89,7 +89,7 @@ impl crate::backend::Settings for Settings {
             .iter()
             .map(|endpoint| redis::Settings::master(&self.url, endpoint.clone()))
             .collect::<Vec<_>>();
-        let masters = Masters::open(&masters).await?;
+        let masters = Masters::new(&masters)?;
         Ok(Box::new(InLine(std::sync::Arc::new(Redlock::new(
             masters,
             self.shown(),
