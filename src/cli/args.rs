@@ -37,9 +37,12 @@ pub struct Cli {
     pub run: RunArgs,
 
     /// Backend URL: file:///DIR (one host, no server), redis://[USER:PASS@]HOST[:PORT][/DB],
-    /// rediss://… (TLS), etcd://[USER:PASS@]HOST:PORT[,HOST:PORT…][?cacert=CA.pem] (TLS with
-    /// cacert, plus cert= and key= for client certificates), postgres://… or postgresql://…
-    /// (sslmode=require for TLS; lockrun_schema=NAME picks the schema of lockrun's tables)
+    /// rediss://… (TLS), redlock://[USER:PASS@]HOST:PORT,HOST:PORT,HOST:PORT[,…] (Redlock over
+    /// N ≥ 3 independent Redis masters, a majority needed; it assumes bounded clock drift, so
+    /// fence your storage with the token), etcd://[USER:PASS@]HOST:PORT[,HOST:PORT…][?cacert=CA.pem]
+    /// (TLS with cacert, plus cert= and key= for client certificates), postgres://… or
+    /// postgresql://… (sslmode=require for TLS; lockrun_schema=NAME picks the schema of lockrun's
+    /// tables)
     ///
     /// Default: file:// with a per-user state directory that survives reboots (/var/lib/lockrun for
     /// root, else $XDG_STATE_HOME/lockrun or ~/.local/state/lockrun). Passwords in the URL are never
