@@ -3,8 +3,10 @@
 //! Each master keeps a counter per name. A master that grants proposes `max(counter + 1, its
 //! clock in µs)` and records it (acquire.lua); the acquisition's token is the largest proposal of
 //! its winning round; then [`write_back`] raises the counter to the token on a quorum of masters
-//! — each master refusing a token that is not above what it has already seen from another
-//! acquisition, which is then outbid — and only after that does the command start.
+//! — each master refusing a token that is not above what it has already seen (from another
+//! acquisition, or its own proposal that came after the round was decided), which a quorum of
+//! other masters must then accept, or the token is raised past it — and only after that does the
+//! command start.
 //!
 //! **Why every later acquisition gets a larger token.** Let A's command start with token `a`. A's
 //! last write-back round ended before that, with a quorum `W_A` of masters whose counters were then

@@ -23,7 +23,7 @@ use crate::backend::waiting::policy::renew_timeout;
 use crate::backend::{BackendError, HolderInfo, Mode};
 use crate::clock::BootInstant;
 
-/// How long a decided round still takes the answers of the other masters.
+/// How long a waiter's first round, once decided, still takes the other masters' answers.
 const STRAGGLER_GRACE: Duration = Duration::from_millis(5);
 
 /// A waiter's place in line, as agreed across the masters.
@@ -161,11 +161,14 @@ pub async fn attempt(
             break;
         }
     }
-    // The masters that answer at once still count, though the round is decided: a won round's
-    // token is then the largest proposal of all (no master has to be outbid in the write-back),
-    // and a waiter's ticket the largest of all. A slow master is not waited for.
-    while let Some((i, answer)) = round.next_within(STRAGGLER_GRACE).await {
-        tally.add(i, answer, masters.endpoint(i));
+    // A waiter that just joined the line takes the tickets of the masters that answer at once
+    // too, though the round is decided, so that its ticket is the largest of all from the start
+    // (a slow master is not waited for). A won round does not wait: a later proposal above its
+    // token only makes that master refuse the write-back, which a quorum of others accepts.
+    if ticket.queues() && place.ticket == 0 && tally.winner(masters.quorum()).is_none() {
+        while let Some((i, answer)) = round.next_within(STRAGGLER_GRACE).await {
+            tally.add(i, answer, masters.endpoint(i));
+        }
     }
     place.ticket = place.ticket.max(tally.ticket);
     let waiting = |soonest_expiry, superseded_by| Tried {

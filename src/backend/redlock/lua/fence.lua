@@ -1,7 +1,8 @@
--- The write-back of a fencing token, on ONE master: raises this master's counter to the token the
--- client chose (the largest its quorum proposed), and stamps the caller's hold here with it —
--- unless this master has already seen that token or a larger one from another acquisition, which
--- the client must then outbid. Holds the caller has here in another slot than the agreed one are
+-- The write-back of a fencing token, on ONE master: stamps the caller's hold here with the token the
+-- client chose (the largest its quorum proposed), and raises this master's counter to it — unless
+-- this master has already seen that token or a larger one (from another acquisition, or a
+-- proposal of its own that the client did not wait for), which a quorum of others must then
+-- accept, or the client outbid. Holds the caller has here in another slot than the agreed one are
 -- dropped (the grants of one round may have named different slots). Prefixed with the Redis
 -- backend's wake.lua. Why this makes tokens strictly rise: src/backend/redlock/fence.rs.
 --
@@ -12,14 +13,7 @@
 -- master has seen.
 local owner = ARGV[1]
 local token = tonumber(ARGV[2])
-local function int(n) return string.format('%d', n) end
-local last = tonumber(redis.call('HGET', KEYS[1], 'token') or '0')
-if last > token or (last == token and redis.call('HGET', KEYS[1], 'token_owner') ~= owner) then
-  return {1, last}
-end
-if token > last then
-  redis.call('HSET', KEYS[1], 'token', ARGV[2], 'token_owner', owner)
-end
+-- The caller's hold here carries the token (for status), whatever this master's counter says.
 if ARGV[3] == 's' then
   local stored = redis.call('HGET', KEYS[5], owner)
   if stored then
@@ -42,5 +36,12 @@ else
   if dropped > 0 then
     wake_head(KEYS[2], KEYS[3], ARGV[5], tonumber(redis.call('HGET', KEYS[1], 'limit') or '1'))
   end
+end
+local last = tonumber(redis.call('HGET', KEYS[1], 'token') or '0')
+if last > token or (last == token and redis.call('HGET', KEYS[1], 'token_owner') ~= owner) then
+  return {1, last}
+end
+if token > last then
+  redis.call('HSET', KEYS[1], 'token', ARGV[2], 'token_owner', owner)
 end
 return {0, last}
