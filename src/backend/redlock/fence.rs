@@ -40,7 +40,7 @@
 use std::time::Duration;
 
 use super::masters::Masters;
-use super::scripts::{Call, FENCE};
+use super::scripts::{Call, FENCE, line_keys};
 use crate::backend::redis::keys::Keys;
 use crate::backend::{BackendError, Mode};
 
@@ -69,11 +69,7 @@ pub async fn write_back(
     let mut token = token;
     for _ in 0..MAX_BIDS {
         let call = Call::new(&FENCE)
-            .key(keys.meta())
-            .key(keys.queue())
-            .key(keys.xqueue())
-            .key(keys.readers())
-            .key(keys.rinfo())
+            .keys(line_keys(keys))
             .keys(match hold.mode {
                 Mode::Exclusive => keys.slots(hold.limit),
                 Mode::Shared => Vec::new(),
