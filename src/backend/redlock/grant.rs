@@ -1,9 +1,10 @@
 //! One try to become a holder on a quorum of masters (Redlock's acquisition): the acquire script
 //! goes to every master at once, each request with its own deadline; the try wins when a quorum
 //! granted the same slot in this round and the time it took leaves the lease well inside its TTL
-//! ([`timing::well_inside`]). It then writes the fencing token back ([`fence`]) before it counts
-//! as taken. A round that wins no quorum backs out everywhere (the retreat script), keeping the
-//! caller's place in line, so that holds no quorum backs never block anyone.
+//! ([`timing::well_inside`]). It then writes the fencing token back ([`fence`], which also takes
+//! the winner out of the line on the masters that did not grant it) before it counts as taken. A
+//! round that wins no quorum backs out everywhere (the retreat script), keeping the caller's place
+//! in line, so that holds no quorum backs never block anyone.
 //!
 //! A waiter's place is the same on every master: its ticket is the largest that the masters
 //! proposed when it joined, passed on every later try ([`Place`]), so the head of the line is the
