@@ -72,3 +72,4 @@ conformance!(etcd_cluster, crate::support::etcd_cluster::Etcd<3>);
 conformance!(postgres, crate::support::postgres_server::PgServer);
 conformance!(mysql, crate::support::mysql_server::MySqlServer);
 conformance!(zookeeper, crate::support::zk_ensemble::ZooKeeper<1>);
+conformance!(redlock, crate::support::redlock_servers::RedlockServers<3>);

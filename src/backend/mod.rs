@@ -11,6 +11,7 @@ mod file;
 mod mysql;
 mod postgres;
 mod redis;
+mod redlock;
 mod spec;
 mod url;
 mod waiting;

@@ -12,12 +12,12 @@ use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
 
-use super::{Backend, BackendError, etcd, file, mysql, postgres, redis, zookeeper};
+use super::{Backend, BackendError, etcd, file, mysql, postgres, redis, redlock, zookeeper};
 
 pub use super::url::redact;
 
 /// The schemes lockrun knows, for messages.
-const SCHEMES: &str = "file, redis, rediss, etcd, zk, postgres, postgresql or mysql";
+const SCHEMES: &str = "file, redis, rediss, redlock, etcd, zk, postgres, postgresql or mysql";
 
 /// What every backend's settings offer, once parsed.
 #[async_trait]
@@ -52,6 +52,8 @@ pub enum BackendSpec {
     File(file::Settings),
     /// One Redis server (`redis://`, `rediss://`).
     Redis(Box<redis::Settings>),
+    /// Redlock over N independent Redis masters (`redlock://`).
+    Redlock(Box<redlock::Settings>),
     /// An etcd cluster.
     Etcd(Box<etcd::Settings>),
     /// A PostgreSQL server.
@@ -73,6 +75,9 @@ impl BackendSpec {
             Some("file") => file::Settings::parse(raw).map(BackendSpec::File),
             Some("redis" | "rediss") => {
                 redis::Settings::parse(raw).map(|s| BackendSpec::Redis(Box::new(s)))
+            }
+            Some("redlock") => {
+                redlock::Settings::parse(raw).map(|s| BackendSpec::Redlock(Box::new(s)))
             }
             Some("etcd") => etcd::Settings::parse(raw).map(|s| BackendSpec::Etcd(Box::new(s))),
             Some("postgres" | "postgresql") => {
@@ -106,6 +111,7 @@ impl BackendSpec {
         match self {
             BackendSpec::File(s) => s,
             BackendSpec::Redis(s) => &**s,
+            BackendSpec::Redlock(s) => &**s,
             BackendSpec::Etcd(s) => &**s,
             BackendSpec::Postgres(s) => &**s,
             BackendSpec::MySql(s) => &**s,
@@ -193,6 +199,10 @@ mod tests {
             BackendSpec::parse("zk://u:p@a:2181,b:2181/jobs").unwrap(),
             BackendSpec::ZooKeeper(_)
         ));
+        assert!(matches!(
+            BackendSpec::parse("redlock://a:1,b:1,c:1").unwrap(),
+            BackendSpec::Redlock(_)
+        ));
     }
 
     #[test]
@@ -204,6 +214,8 @@ mod tests {
             "redis://u:hunter2@h/x",
             "redis://u:hunter2@h:1?tls=1",
             "etcd://u:hunter2@h",
+            "redlock://u:hunter2@h:1,h:2",
+            "redlock://hunter2@h:1,h:2,h:1",
             "etcd://u:hunter2@h:1?tls=1",
             "etcd://h:1,h",
             "etcd://u:hunter2@h:1?cert=/c.pem",
@@ -235,6 +247,10 @@ mod tests {
         );
         assert_eq!(shown("file:///x"), "file:///x");
         assert_eq!(shown("mysql://app:pw@h/db"), "mysql://app:***@h/db");
+        assert_eq!(
+            shown("redlock://u:pw@a:1,b:1,c:1"),
+            "redlock://***@a:1,b:1,c:1"
+        );
         assert!(BackendSpec::parse("redis://:pw@h").unwrap().has_secret());
         assert!(!BackendSpec::parse("redis://h").unwrap().has_secret());
     }

@@ -37,8 +37,10 @@ pub struct Cli {
     pub run: RunArgs,
 
     /// Backend URL: file:///DIR (one host, no server), redis://[USER:PASS@]HOST[:PORT][/DB],
-    /// rediss://… (TLS), etcd://[USER:PASS@]HOST:PORT[,HOST:PORT…][?cacert=CA.pem] (TLS with
-    /// cacert, plus cert= and key= for client certificates),
+    /// rediss://… (TLS), redlock://[USER:PASS@]HOST:PORT,HOST:PORT,HOST:PORT[,…] (Redlock over
+    /// N ≥ 3 independent Redis masters, a majority needed; it assumes bounded clock drift, so
+    /// fence your storage with the token), etcd://[USER:PASS@]HOST:PORT[,HOST:PORT…][?cacert=CA.pem]
+    /// (TLS with cacert, plus cert= and key= for client certificates),
     /// zk://[USER:PASS@]HOST:PORT[,HOST:PORT…][/CHROOT] (ZooKeeper; USER:PASS is digest auth, and
     /// the session timeout granted is the lease), postgres://… or postgresql://…
     /// (sslmode=require for TLS; lockrun_schema=NAME picks the schema of lockrun's tables),

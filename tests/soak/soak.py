@@ -2,8 +2,8 @@
 """Chaos soak: W workers loop lockrun on ONE name while a chaos loop injects faults; a checker
 (check.py, next to this script) then proves the invariants on the log.
 
-Per backend (file, redis, etcd, postgres, mysql, zk; the servers are started by this script on free
-loopback ports in a temporary directory, as the benchmarks in bench/ do):
+Per backend (file, redis, redlock, etcd, postgres, mysql, zk; the servers are started by this script
+on free loopback ports in a temporary directory, as the benchmarks in bench/ do):
 
   * W workers (default 6) each loop `lockrun --backend URL --name soak --ttl T -- SECTION`.
   * SECTION is a small bash script (one process, plus one `sleep`): it records its pid, process
@@ -23,7 +23,10 @@ loopback ports in a temporary directory, as the benchmarks in bench/ do):
     SIGKILLs and restarts the server (server-restart; Redis runs with an append-only file
     flushed on every write, as a Redis holding locks should) or SIGSTOPs it for a while
     (server-pause: every connection blackholed, open but silent; there is no separate TCP
-    proxy). Faults are logged by kind; a stopped lockrun's fault says whether it held the lease
+    proxy). Redlock's three masters are never restarted all at once: a minority (one master) is
+    SIGKILLed and restarted (minority-restart: the holders ride through), or a majority (two)
+    is (majority-restart: holders stop if the outage outlasts their stop point, and nobody gets
+    the lock meanwhile); server-pause freezes all three. Faults are logged by kind; a stopped lockrun's fault says whether it held the lease
     (the checker excuses only a paused holder, and only from the pause on). The loop starts with
     one fault of each kind (FAULTS), so that a short run injects every kind: the checker fails a
     soak in which a configured kind never fired.
@@ -73,7 +76,7 @@ import mariadb_server  # noqa: E402
 import check as soak_check  # noqa: E402
 from benchlib import Broken  # noqa: E402
 
-BACKENDS = ["file", "redis", "etcd", "postgres", "mysql", "zk"]
+BACKENDS = ["file", "redis", "redlock", "etcd", "postgres", "mysql", "zk"]
 NAME = "soak"
 TTL = "1s"  # requested lease (etcd raises it to its minimum, 2 s); --ttl
 CI_TTL = "2s"  # --ci: more slack for a loaded CI machine (a lockrun starved past its lease
@@ -85,15 +88,25 @@ MAX_PAUSED = 2  # stop-lockrun / pause-holder faults in progress at once
 # this order (the one that needs a holder first, the longest, a server pause, last), at a quicker
 # pace: a 10 s CI run gets all of them. Then it draws from the weighted mix for the rest of the run.
 FAULTS = [("pause-holder", 3), ("stop-lockrun", 3), ("kill-lockrun", 4), ("server-restart", 1),
-          ("server-pause", 2)]
-SERVER_FAULTS = {"server-restart", "server-pause"}  # networked backends only
+          ("minority-restart", 1), ("majority-restart", 1), ("server-pause", 2)]
+SERVER_FAULTS = {"server-restart", "minority-restart", "majority-restart", "server-pause"}
+# Backends of several independent servers (redlock) restart some of them, never all at once.
+QUORUM_FAULTS = {"minority-restart", "majority-restart"}
 FIRST_ROUND_GAP = (0.1, 0.4)  # seconds between faults while some kind has not fired yet
 GAP = (0.2, 1.0)  # seconds between faults afterwards
 
 
-def fault_mix(networked: bool) -> list[tuple[str, int]]:
-    """The fault kinds (with weights) for a backend: no server faults without a server."""
-    return [(kind, weight) for kind, weight in FAULTS if networked or kind not in SERVER_FAULTS]
+def fault_mix(networked: bool, quorum: bool = False) -> list[tuple[str, int]]:
+    """The fault kinds (with weights) for a backend: no server faults without a server; on a
+    backend of several servers where a quorum decides, restarts of a minority and of a majority
+    instead of restarting the one server."""
+    def applies(kind: str) -> bool:
+        if kind in SERVER_FAULTS and not networked:
+            return False
+        if kind == "server-restart":
+            return not quorum
+        return quorum or kind not in QUORUM_FAULTS
+    return [(kind, weight) for kind, weight in FAULTS if applies(kind)]
 CI_SECONDS = 10  # per backend with --ci (5 backends: 50 s of soak, plus start-up and drain)
 
 SECTION = r"""# lockrun soak critical section (bash). Args: RUN LOG STORE_PORT WORK_SECONDS
@@ -205,6 +218,7 @@ class FencedStore:
 class Backend:
     kind = "?"
     networked = True
+    quorum = False  # several servers, a majority decides (see QUORUM_FAULTS)
 
     def url(self) -> str:
         raise NotImplementedError
@@ -281,6 +295,35 @@ class RedisBackend(Backend):
              "--appendonly", "yes", "--appendfsync", "always", "--dir", str(self.tmp)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         self.wait_ready(self.ping, f"redis-server on port {self.port}")
+
+
+class RedlockBackend(Backend):
+    """Three independent redis-servers (each persistent, as RedisBackend), one redlock:// URL."""
+
+    kind = "redlock"
+    quorum = True
+    MASTERS = 3
+
+    def __init__(self, tmp: Path):
+        self.masters = []
+        for i in range(self.MASTERS):
+            (tmp / f"m{i}").mkdir()
+            self.masters.append(RedisBackend(tmp / f"m{i}"))
+
+    def url(self) -> str:
+        return "redlock://" + ",".join(f"127.0.0.1:{m.port}" for m in self.masters)
+
+    def start(self) -> None:
+        for master in self.masters:
+            master.start()
+
+    def stop(self) -> None:
+        for master in self.masters:
+            master.stop()
+
+    def signal(self, sig: int) -> None:
+        for master in self.masters:
+            master.signal(sig)
 
 
 class EtcdBackend(Backend):
@@ -432,8 +475,9 @@ class ZkBackend(Backend):
         self.wait_ready(self.serving, f"zookeeper on port {self.port} (see {self.tmp}/zookeeper.log)")
 
 
-BACKEND_CLASSES = {"file": FileBackend, "redis": RedisBackend, "etcd": EtcdBackend,
-                   "postgres": PostgresBackend, "mysql": MySqlBackend, "zk": ZkBackend}
+BACKEND_CLASSES = {"file": FileBackend, "redis": RedisBackend, "redlock": RedlockBackend,
+                   "etcd": EtcdBackend, "postgres": PostgresBackend, "mysql": MySqlBackend,
+                   "zk": ZkBackend}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -546,7 +590,7 @@ class Soak:
         self.ttl_ms = 0
         self.errors: list[str] = []
         self.resumers: list[threading.Thread] = []
-        self.fault_mix = fault_mix(backend.networked)
+        self.fault_mix = fault_mix(backend.networked, backend.quorum)
 
     # -- logging ---------------------------------------------------------------------------------
 
@@ -779,6 +823,18 @@ class Soak:
             self.sleep(self.rng.uniform(0.0, 0.5))
             self.backend.start()
             return kind
+        elif kind in QUORUM_FAULTS:
+            masters = self.backend.masters
+            n = len(masters)
+            count = (n - 1) // 2 if kind == "minority-restart" else n // 2 + 1
+            which = sorted(self.rng.sample(range(len(masters)), count))
+            self.fault(kind, masters=which)
+            for i in which:
+                masters[i].stop()
+            self.sleep(self.rng.uniform(0.0, 0.5))
+            for i in which:
+                masters[i].start()
+            return kind
         raise ValueError(f"unknown fault kind {kind}")
 
     # -- the whole run ---------------------------------------------------------------------------
@@ -879,8 +935,8 @@ def main() -> int:
     backends = BACKENDS if args.backend == "all" else [args.backend]
 
     benchlib.scrub_env("PG")
-    needs = {"file": [], "redis": ["redis-server"], "etcd": ["etcd"], "postgres": [],
-             "mysql": ["mariadb-install-db"], "zk": ["java"]}
+    needs = {"file": [], "redis": ["redis-server"], "redlock": ["redis-server"], "etcd": ["etcd"],
+             "postgres": [], "mysql": ["mariadb-install-db"], "zk": ["java"]}
     benchlib.require(["bash", "sleep"] + [p for b in backends for p in needs[b]])
     binary = benchlib.lockrun_binary(args.bin)
 

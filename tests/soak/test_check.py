@@ -389,6 +389,10 @@ class ChaosScheduleTest(unittest.TestCase):
         self.assertEqual({k for k, _ in soak.fault_mix(networked=True)},
                          {"pause-holder", "stop-lockrun", "kill-lockrun", "server-restart",
                           "server-pause"})
+        # Redlock's masters: a minority, then a majority restarted, never all of them at once.
+        self.assertEqual([k for k, _ in soak.fault_mix(networked=True, quorum=True)],
+                         ["pause-holder", "stop-lockrun", "kill-lockrun", "minority-restart",
+                          "majority-restart", "server-pause"])
         chaos = object.__new__(soak.Soak)  # only what chaos() uses
         chaos.fault_mix = soak.fault_mix(networked=True)
         chaos.ttl_ms = 2000

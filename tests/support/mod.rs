@@ -14,6 +14,7 @@ pub mod mysql_server;
 pub mod postgres_server;
 pub mod proxy;
 pub mod redis_server;
+pub mod redlock_servers;
 pub mod scene;
 pub mod timing;
 pub mod tools;

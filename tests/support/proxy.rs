@@ -70,9 +70,10 @@ impl Direction {
     }
 }
 
-/// A running proxy to `127.0.0.1:upstream`.
+/// A running proxy to `127.0.0.1:upstream` (or to several servers, one port each, that every
+/// fault hits at once: [`Proxy::start_each`]).
 pub struct Proxy {
-    port: u16,
+    ports: Vec<u16>,
     shared: Arc<Shared>,
 }
 
@@ -129,11 +130,13 @@ struct Connection {
 impl Proxy {
     /// Listens on a free loopback port and forwards to `127.0.0.1:upstream`, with no fault on.
     pub fn start(upstream: u16) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind proxy");
-        listener
-            .set_nonblocking(true)
-            .expect("nonblocking listener");
-        let port = listener.local_addr().expect("proxy address").port();
+        Self::start_each(&[upstream])
+    }
+
+    /// One free loopback port per server in `upstreams`, each forwarding to its server, in that
+    /// order; every fault and every observation covers them all (several servers of one backend
+    /// behind one network).
+    pub fn start_each(upstreams: &[u16]) -> Self {
         let shared = Arc::new(Shared {
             stop: AtomicBool::new(false),
             reset: AtomicBool::new(false),
@@ -145,20 +148,37 @@ impl Proxy {
             accepted: AtomicUsize::new(0),
             confirmed: Mutex::new(None),
         });
-        let accepting = Arc::clone(&shared);
-        thread::spawn(move || accept_loop(listener, upstream, accepting));
-        Proxy { port, shared }
+        let ports = upstreams
+            .iter()
+            .map(|&upstream| {
+                let listener = TcpListener::bind("127.0.0.1:0").expect("bind proxy");
+                listener
+                    .set_nonblocking(true)
+                    .expect("nonblocking listener");
+                let port = listener.local_addr().expect("proxy address").port();
+                let accepting = Arc::clone(&shared);
+                thread::spawn(move || accept_loop(listener, upstream, accepting));
+                port
+            })
+            .collect();
+        Proxy { ports, shared }
     }
 
     /// A proxy to `127.0.0.1:upstream`, and the backend URL that `url_on` makes for its port.
     pub fn in_front_of(upstream: u16, url_on: impl FnOnce(u16) -> String) -> (Self, String) {
         let proxy = Proxy::start(upstream);
-        let url = url_on(proxy.port);
+        let url = url_on(proxy.port());
         (proxy, url)
     }
 
+    /// The (first) port the proxy listens on.
     pub fn port(&self) -> u16 {
-        self.port
+        self.ports[0]
+    }
+
+    /// Every port the proxy listens on, one per server, in the order they were given.
+    pub fn ports(&self) -> &[u16] {
+        &self.ports
     }
 
     /// Stops forwarding in both directions, without closing anything.

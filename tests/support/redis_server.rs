@@ -23,6 +23,9 @@ pub struct RedisServer {
     password: Option<String>,
     /// The directory holding `ca.crt`, `server.crt` and `server.key`, for a TLS server.
     tls: Option<PathBuf>,
+    /// What to preload (see `tools::faketime_for_redis`) and the file holding the clock offset,
+    /// for a server whose wall clock a test steps.
+    clock: Option<(String, PathBuf)>,
     dir: tempfile::TempDir,
     child: Option<Child>,
 }
@@ -38,13 +41,30 @@ impl RedisServer {
         Self::start_with(None, Some(certs.to_owned()))
     }
 
+    /// Starts a server whose wall clock (`TIME`, key expiry) is faked through libfaketime, with
+    /// `preload` as `tools::faketime_for_redis` gives it, offset by what `offset` holds (`+0`,
+    /// `+3600`, `-5`…), re-read on every call, so that writing the file steps the server's clock
+    /// while it runs. Its monotonic clock is left alone.
+    pub fn with_faketime(preload: &str, offset: &Path) -> Self {
+        Self::start_as(None, None, Some((preload.to_owned(), offset.to_owned())))
+    }
+
     fn start_with(password: Option<String>, tls: Option<PathBuf>) -> Self {
+        Self::start_as(password, tls, None)
+    }
+
+    fn start_as(
+        password: Option<String>,
+        tls: Option<PathBuf>,
+        clock: Option<(String, PathBuf)>,
+    ) -> Self {
         // Another process may take the port between probing and binding: try a few.
         for _ in 0..5 {
             let mut server = RedisServer {
                 port: free_port(),
                 password: password.clone(),
                 tls: tls.clone(),
+                clock: clock.clone(),
                 dir: tempfile::tempdir().expect("temp dir"),
                 child: None,
             };
@@ -83,6 +103,12 @@ impl RedisServer {
             .stderr(Stdio::null());
         if let Some(password) = &self.password {
             cmd.args(["--requirepass", password]);
+        }
+        if let Some((preload, offset)) = &self.clock {
+            cmd.env("LD_PRELOAD", preload)
+                .env("FAKETIME_TIMESTAMP_FILE", offset)
+                .env("FAKETIME_NO_CACHE", "1")
+                .env("DONT_FAKE_MONOTONIC", "1");
         }
         let mut child = cmd.spawn().expect("spawn redis-server");
         let ready = wait_until(Duration::from_secs(10), || {

@@ -1,4 +1,5 @@
-//! What some tests need from the machine besides the servers: root, `openssl`, libfaketime. A test
+//! What some tests need from the machine besides the servers: root, `openssl`, libfaketime (and, to
+//! fake a `redis-server`'s clock, glibc's malloc-debug library). A test
 //! whose prerequisite is missing fails and says what to install, since in CI a skipped test must
 //! not pass; only with `LOCKRUN_TESTS_MAY_SKIP=1` in the environment (a developer's machine;
 //! `.ci/run` never sets it) does it say so on stderr and pass without running.
@@ -44,7 +45,29 @@ pub fn openssl() -> bool {
 /// libfaketime's preload library (Debian's `libfaketime`, pulled in by `faketime`), wherever the
 /// architecture puts it.
 pub fn libfaketime() -> Option<PathBuf> {
-    let found = ["/usr/lib", "/usr/lib64", "/usr/local/lib"]
+    let found = library("faketime/libfaketime.so.1");
+    prerequisite(found.is_some(), "libfaketime (apt-get install faketime)");
+    found
+}
+
+/// What to preload into a `redis-server` to fake its clock: glibc's malloc-debug library, then
+/// libfaketime. Debian's `redis-server` allocates with jemalloc, whose start-up reads the clock
+/// while libfaketime, starting up too, allocates: the two deadlock (libfaketime issue #130). With
+/// glibc's allocator preloaded first, every allocation goes to glibc and the server starts.
+pub fn faketime_for_redis() -> Option<String> {
+    let faketime = libfaketime()?;
+    let malloc = library("libc_malloc_debug.so.0");
+    prerequisite(
+        malloc.is_some(),
+        "glibc's libc_malloc_debug.so.0 (glibc 2.34 or later, package libc6)",
+    );
+    Some(format!("{} {}", malloc?.display(), faketime.display()))
+}
+
+/// A shared library at `relative` under the usual library directories or their per-architecture
+/// subdirectories.
+fn library(relative: &str) -> Option<PathBuf> {
+    ["/usr/lib", "/usr/lib64", "/lib", "/usr/local/lib"]
         .into_iter()
         .flat_map(|root| {
             let arch_dirs = std::fs::read_dir(root)
@@ -54,8 +77,6 @@ pub fn libfaketime() -> Option<PathBuf> {
                 .map(|entry| entry.path());
             std::iter::once(PathBuf::from(root)).chain(arch_dirs)
         })
-        .map(|dir| dir.join("faketime/libfaketime.so.1"))
-        .find(|library| library.exists());
-    prerequisite(found.is_some(), "libfaketime (apt-get install faketime)");
-    found
+        .map(|dir| dir.join(relative))
+        .find(|library| library.exists())
 }

@@ -42,6 +42,14 @@ impl Link {
     /// Connects to the server `settings` name, so an unreachable server fails here, before
     /// anything runs.
     pub async fn open(settings: &Settings) -> Result<Self, BackendError> {
+        let link = Link::new(settings)?;
+        link.ping().await?;
+        Ok(link)
+    }
+
+    /// The link to the server `settings` name, without connecting yet (the first request
+    /// connects): for a backend of several servers, one of which may be down for now.
+    pub fn new(settings: &Settings) -> Result<Self, BackendError> {
         let endpoint = settings.endpoint();
         let host = settings.endpoint.bare_host().to_owned();
         let addr = match settings.tls {
@@ -75,26 +83,37 @@ impl Link {
             .set_tcp_settings(TcpSettings::default().set_nodelay(true))
             .set_redis_settings(redis);
         let client = Client::open(info).map_err(&failed)?;
-        let link = Link {
+        Ok(Link {
             client,
             endpoint,
             secrets,
             connection: Mutex::new(None),
-        };
-        // A PING proves the server answers, and that the credentials and database are accepted.
+        })
+    }
+
+    /// Connects if need be and sends a PING, which proves the server answers, and that the
+    /// credentials and database are accepted.
+    pub async fn ping(&self) -> Result<(), BackendError> {
         let ping = async {
-            let mut connection = link.connection().await?;
+            let mut connection = self.connection().await?;
             redis::cmd("PING").query_async::<()>(&mut connection).await
         };
-        match tokio::time::timeout(CONNECT_TIMEOUT, ping).await {
-            Ok(Ok(())) => Ok(link),
-            Ok(Err(e)) if is_server_reply(&e) => Err(link.failed(&e)),
+        // A connection that did not answer is not kept for the next request.
+        let mut discard = DiscardUnlessDone {
+            link: self,
+            done: false,
+        };
+        let result = tokio::time::timeout(CONNECT_TIMEOUT, ping).await;
+        discard.done = matches!(&result, Ok(Ok(())));
+        match result {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) if is_server_reply(&e) => Err(self.failed(&e)),
             Ok(Err(e)) => Err(BackendError::Unreachable {
-                endpoint: link.endpoint.clone(),
-                reason: link.reason(&e),
+                endpoint: self.endpoint.clone(),
+                reason: self.reason(&e),
             }),
             Err(_) => Err(BackendError::Unreachable {
-                endpoint: link.endpoint.clone(),
+                endpoint: self.endpoint.clone(),
                 reason: format!("no connection within {}", duration(CONNECT_TIMEOUT)),
             }),
         }

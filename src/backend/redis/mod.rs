@@ -2,14 +2,18 @@
 //! taken, renewed and released by server-side scripts that check the owner, with fencing tokens
 //! from a per-name counter floored by the server's clock, and a first-come-first-served line of
 //! waiters woken by pub/sub. Key layout: [`keys`].
+//!
+//! The `redlock://` backend runs on several such servers at once and shares the connection
+//! ([`connect`]), the key layout ([`keys`]), the scripts that act on one server ([`scripts`]) and
+//! the pub/sub subscription ([`doorbell`]).
 
-mod connect;
-mod doorbell;
+pub(super) mod connect;
+pub(super) mod doorbell;
 mod inspect;
-mod keys;
+pub(super) mod keys;
 mod lease;
 mod line;
-mod scripts;
+pub(super) mod scripts;
 mod settings;
 
 pub use settings::Settings;

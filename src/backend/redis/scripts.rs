@@ -10,7 +10,8 @@ use redis::Script;
 /// The waking helper that the scripts freeing a place share.
 const WAKE: &str = include_str!("lua/wake.lua");
 
-fn with_wake(body: &str) -> Script {
+/// A script whose body may call `wake_head` (see `lua/wake.lua`).
+pub fn with_wake(body: &str) -> Script {
     Script::new(&format!("{WAKE}{body}"))
 }
 

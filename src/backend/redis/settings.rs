@@ -55,6 +55,18 @@ impl Settings {
         })
     }
 
+    /// One of the independent masters a `redlock://` URL names: that URL's credentials, this
+    /// endpoint, database 0, no TLS.
+    pub fn master(url: &Url, endpoint: HostPort) -> Self {
+        Settings {
+            url: url.clone(),
+            endpoint,
+            tls: false,
+            db: 0,
+            raw: url.shown().to_owned(),
+        }
+    }
+
     /// `host:port`, for messages.
     pub fn endpoint(&self) -> String {
         self.endpoint.with_default(DEFAULT_PORT)

@@ -1,0 +1,296 @@
+//! Reading and breaking `redlock://` leases from the outside, and the fleet-wide run interval:
+//! each asks every master at once and goes by what a quorum says.
+//!
+//! - `status`: a holder is shown when a quorum of masters holds it (matched by its owner id), with
+//!   the token most of them carry (after the write-back, all) and the lease left until fewer than a
+//!   quorum would still hold it; a waiter when a quorum has it in line, in ticket order.
+//! - `list`: the names any master knows (by `SCAN`), each then read as above.
+//! - `release --force`: on every master; each tells the holders on their own channels.
+//! - `--min-interval`: each master decides by its own clock; the run goes ahead only when a quorum
+//!   recorded it, so one master whose clock is off cannot cause a second run.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use super::masters::Masters;
+use super::scripts::{CLAIM_INTERVAL, Call, FORCE_RELEASE, STATUS};
+use crate::backend::redis::connect::REQUEST_TIMEOUT;
+use crate::backend::redis::keys::{self, Keys};
+use crate::backend::{
+    BackendError, HolderInfo, HolderStatus, IntervalClaim, LockStatus, MAX_LIMIT, WaiterStatus,
+};
+use crate::name::LockName;
+
+/// Keys asked for per `SCAN` step.
+const SCAN_COUNT: u32 = 1000;
+/// How long a read waits for more masters once a quorum has answered.
+const STRAGGLERS: Duration = Duration::from_millis(250);
+
+/// One master's view: waiters `(id, ticket, record)` in line order, holders `(id, slot, token,
+/// record, ms left)`.
+type View = (
+    Vec<(String, String, String)>,
+    Vec<(String, u32, String, String, i64)>,
+);
+
+/// Who holds `name` on a quorum of masters, and who waits there.
+pub async fn status(masters: &Masters, name: &LockName) -> Result<LockStatus, BackendError> {
+    let keys = Keys::new(name);
+    let limit = known_limit(masters, &keys).await?;
+    let call = Call::new(&STATUS)
+        .key(keys.beats())
+        .key(keys.readers())
+        .key(keys.rinfo())
+        .key(keys.queue())
+        .key(keys.qinfo())
+        .keys(keys.slots(limit));
+    let views = masters
+        .most_of(masters.call::<View>(&call, REQUEST_TIMEOUT), STRAGGLERS)
+        .await?;
+    let views: Vec<View> = views.into_iter().map(|(_, view)| view).collect();
+    Ok(combine(name, limit, &views, masters.quorum()))
+}
+
+/// What a quorum of the masters' views agree on.
+fn combine(name: &LockName, limit: u32, views: &[View], quorum: usize) -> LockStatus {
+    #[derive(Default)]
+    struct Seen {
+        slots: Vec<u32>,
+        tokens: Vec<u64>,
+        record: String,
+        left_ms: Vec<u64>,
+    }
+    let mut holders: BTreeMap<&str, Seen> = BTreeMap::new();
+    let mut waiters: BTreeMap<&str, (usize, u64, &str)> = BTreeMap::new();
+    for (line, held) in views {
+        for (id, slot, token, record, left) in held {
+            let seen = holders.entry(id).or_default();
+            seen.slots.push(*slot);
+            seen.tokens.push(token.parse().unwrap_or(0));
+            seen.record.clone_from(record);
+            seen.left_ms.push(u64::try_from(*left).unwrap_or(0));
+        }
+        for (id, ticket, record) in line {
+            let entry = waiters.entry(id).or_insert((0, 0, record));
+            entry.0 += 1;
+            entry.1 = entry.1.max(ticket.parse().unwrap_or(0));
+        }
+    }
+    let mut shown: Vec<HolderStatus> = holders
+        .into_values()
+        .filter(|seen| seen.slots.len() >= quorum)
+        .map(|mut seen| {
+            // Held on a quorum until the quorum-th longest lease runs out.
+            seen.left_ms.sort_unstable_by(|a, b| b.cmp(a));
+            let left = Duration::from_millis(seen.left_ms[quorum - 1]);
+            HolderStatus::new(
+                HolderInfo::decode(seen.record.as_bytes()),
+                most_common(&seen.tokens),
+                most_common(&seen.slots),
+                left,
+            )
+        })
+        .collect();
+    shown.sort_by_key(|h| (h.slot, h.token));
+    let mut line: Vec<(u64, &str, &str)> = waiters
+        .into_iter()
+        .filter(|(_, (count, _, _))| *count >= quorum)
+        .map(|(id, (_, ticket, record))| (ticket, id, record))
+        .collect();
+    line.sort();
+    let queue = line
+        .into_iter()
+        .map(|(_, _, record)| WaiterStatus::new(HolderInfo::decode(record.as_bytes())))
+        .collect();
+    LockStatus::new(name, limit, shown, queue)
+}
+
+/// The value seen most often (the largest among equals).
+fn most_common<T: Ord + Copy>(values: &[T]) -> T {
+    let mut counts: BTreeMap<T, usize> = BTreeMap::new();
+    for v in values {
+        *counts.entry(*v).or_default() += 1;
+    }
+    counts
+        .into_iter()
+        .max_by(|a, b| a.1.cmp(&b.1).then(a.0.cmp(&b.0)))
+        .map(|(v, _)| v)
+        .expect("a holder is seen at least once")
+}
+
+/// Every held name that starts with `prefix`, sorted by name: the names any master knows, each
+/// read on a quorum.
+pub async fn list(masters: &Masters, prefix: &str) -> Result<Vec<LockStatus>, BackendError> {
+    let pattern = keys::meta_pattern(prefix);
+    let prefix_owned = prefix.to_owned();
+    let round = masters.send(move |link| {
+        let (pattern, prefix) = (pattern.clone(), prefix_owned.clone());
+        async move {
+            let mut names = BTreeSet::new();
+            let mut cursor: u64 = 0;
+            loop {
+                let mut scan = redis::cmd("SCAN");
+                scan.arg(cursor)
+                    .arg("MATCH")
+                    .arg(&pattern)
+                    .arg("COUNT")
+                    .arg(SCAN_COUNT);
+                let (next, found): (u64, Vec<String>) =
+                    link.command(REQUEST_TIMEOUT, &scan).await?;
+                names.extend(
+                    found
+                        .iter()
+                        .filter_map(|key| keys::name_of_meta(key))
+                        .filter(|name| name.as_str().starts_with(&prefix)),
+                );
+                if next == 0 {
+                    return Ok(names);
+                }
+                cursor = next;
+            }
+        }
+    });
+    let names: BTreeSet<LockName> = masters
+        .most_of(round, STRAGGLERS)
+        .await?
+        .into_iter()
+        .flat_map(|(_, names)| names)
+        .collect();
+    let mut held = Vec::new();
+    for name in names {
+        let status = status(masters, &name).await?;
+        if status.held {
+            held.push(status);
+        }
+    }
+    Ok(held)
+}
+
+/// Drops every holder of `name` on every master, each told on its own channel; returns how many
+/// holders there were (the most any master had).
+pub async fn force_release(masters: &Masters, name: &LockName) -> Result<usize, BackendError> {
+    let keys = Keys::new(name);
+    let limit = known_limit(masters, &keys).await?;
+    let call = Call::new(&FORCE_RELEASE)
+        .key(keys.meta())
+        .key(keys.queue())
+        .key(keys.xqueue())
+        .key(keys.readers())
+        .key(keys.rinfo())
+        .keys(keys.slots(limit))
+        .arg(keys.wake_prefix())
+        .arg(keys.revoke_prefix());
+    let dropped = masters
+        .most_of(masters.call::<u64>(&call, REQUEST_TIMEOUT), STRAGGLERS)
+        .await?;
+    let most = dropped.into_iter().map(|(_, n)| n).max().unwrap_or(0);
+    Ok(usize::try_from(most).unwrap_or(usize::MAX))
+}
+
+/// `--min-interval`: each master records the run by its own clock unless its last record is
+/// younger than `interval`; claimed only when a quorum recorded it.
+pub async fn claim_interval(
+    masters: &Masters,
+    name: &LockName,
+    interval: Duration,
+) -> Result<IntervalClaim, BackendError> {
+    let call = Call::new(&CLAIM_INTERVAL)
+        .key(Keys::new(name).meta())
+        .arg(u64::try_from(interval.as_micros()).unwrap_or(u64::MAX));
+    let mut round = masters.call::<(i64, i64)>(&call, REQUEST_TIMEOUT);
+    let (mut claimed, mut too_soon, mut failures) = (0, Vec::new(), Vec::new());
+    while let Some((i, answer)) = round.next().await {
+        match answer {
+            Ok((1, _)) => claimed += 1,
+            Ok((_, ago_us)) => too_soon.push(u64::try_from(ago_us).unwrap_or(0)),
+            Err(e) => failures.push((i, e)),
+        }
+        if claimed >= masters.quorum() {
+            return Ok(IntervalClaim::Claimed);
+        }
+        if too_soon.len() > masters.len() - masters.quorum() {
+            break;
+        }
+    }
+    match too_soon.iter().min() {
+        // No quorum recorded this run: it does not go ahead.
+        Some(ago) => Ok(IntervalClaim::TooSoon {
+            ago: Duration::from_micros(*ago),
+        }),
+        None => Err(masters.no_quorum(failures)),
+    }
+}
+
+/// The masters' wall clock (`TIME`): the median of those that answer, for the skew `lockrun
+/// drill` reports.
+pub async fn server_time(masters: &Masters) -> Result<std::time::SystemTime, BackendError> {
+    let round = masters.send(|link| async move {
+        let (secs, micros): (u64, u64) = link.command(REQUEST_TIMEOUT, &redis::cmd("TIME")).await?;
+        Ok(Duration::from_secs(secs) + Duration::from_micros(micros))
+    });
+    let mut times: Vec<Duration> = masters
+        .most_of(round, STRAGGLERS)
+        .await?
+        .into_iter()
+        .map(|(_, t)| t)
+        .collect();
+    times.sort();
+    Ok(std::time::UNIX_EPOCH + times[times.len() / 2])
+}
+
+/// The largest `--limit` any master has seen declared for the name (1 if none).
+async fn known_limit(masters: &Masters, keys: &Keys) -> Result<u32, BackendError> {
+    let meta = keys.meta();
+    let round = masters.send(move |link| {
+        let meta = meta.clone();
+        async move {
+            let mut get = redis::cmd("HGET");
+            get.arg(meta).arg("limit");
+            link.command::<Option<u32>>(REQUEST_TIMEOUT, &get).await
+        }
+    });
+    let limits = masters.most_of(round, STRAGGLERS).await?;
+    let limit = limits.into_iter().filter_map(|(_, l)| l).max();
+    Ok(limit.unwrap_or(1).clamp(1, MAX_LIMIT))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn holder(id: &str, slot: u32, token: u64, left: i64) -> (String, u32, String, String, i64) {
+        (id.into(), slot, token.to_string(), String::new(), left)
+    }
+
+    fn waiter(id: &str, ticket: u64) -> (String, String, String) {
+        (id.into(), ticket.to_string(), String::new())
+    }
+
+    #[test]
+    fn shows_only_what_a_quorum_holds_with_its_agreed_token_and_line_order() {
+        let name = LockName::parse("n").unwrap();
+        let views: Vec<View> = vec![
+            (
+                vec![waiter("w2", 20), waiter("w1", 10)],
+                vec![holder("a", 0, 7, 900), holder("stray", 1, 9, 500)],
+            ),
+            (
+                vec![waiter("w1", 10), waiter("w2", 20), waiter("w3", 30)],
+                vec![holder("a", 0, 7, 800)],
+            ),
+            (vec![waiter("w2", 20)], vec![holder("a", 0, 8, 1000)]),
+        ];
+        let status = combine(&name, 2, &views, 2);
+        assert_eq!(status.holders.len(), 1, "{status:?}");
+        let a = &status.holders[0];
+        assert_eq!((a.token, a.slot, a.expires_in_ms), (7, 0, 900));
+        assert_eq!(status.waiters, 2);
+        assert_eq!(status.limit, 2);
+    }
+
+    #[test]
+    fn the_most_common_value_wins_and_ties_go_to_the_largest() {
+        assert_eq!(most_common(&[5, 7, 5]), 5);
+        assert_eq!(most_common(&[5, 7]), 7);
+    }
+}

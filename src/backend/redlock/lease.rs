@@ -1,0 +1,156 @@
+//! [`RedlockLease`]: one hold on a quorum of masters, renewed and released by the Redis backend's
+//! owner-checked scripts, sent to every master at once.
+//!
+//! A renewal is confirmed when a quorum of masters extended the hold, each request within the
+//! renewal's deadline counted from when it was sent; the lease is then known to last its
+//! *validity* from that send (the TTL less the clock drift), which is what the supervisor is told,
+//! so that its stop point allows for masters whose clocks run a little fast. When more masters than
+//! a quorum can spare answer that the hold is gone, the lease is lost. A renewal never brings a
+//! hold back on a master that lost it. `release --force` publishes on this holder's revocation
+//! channel on every master, which the lease listens to (from 250 ms into the command) so that the
+//! supervisor renews at once.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::bells::Bells;
+use super::masters::Masters;
+use super::scripts::{Call, RELEASE, RELEASE_SHARED, RENEW, RENEW_SHARED};
+use super::timing::{millis, validity};
+use crate::backend::redis::connect::REQUEST_TIMEOUT;
+use crate::backend::redis::keys::Keys;
+use crate::backend::waiting::line::Doorbell;
+use crate::backend::waiting::policy::{SAFETY_RECHECK, renew_timeout};
+use crate::backend::{BackendError, Grant, Lease, Mode, RenewError, Renewal};
+
+/// How long after the command started the holder begins listening for a forced release (as on
+/// Redis: a short command never opens the subscriptions).
+const LISTEN_AFTER: Duration = Duration::from_millis(250);
+
+/// A hold of this run's on a quorum of masters.
+pub struct RedlockLease {
+    masters: Arc<Masters>,
+    keys: Keys,
+    mode: Mode,
+    owner: String,
+    /// The lease length each master grants.
+    ttl: Duration,
+    grant: Grant,
+    revocations: tokio::sync::Mutex<Option<Bells>>,
+}
+
+impl RedlockLease {
+    pub fn new(masters: Arc<Masters>, keys: Keys, mode: Mode, owner: String, grant: Grant) -> Self {
+        RedlockLease {
+            masters,
+            keys,
+            mode,
+            owner,
+            ttl: grant.ttl.unwrap_or_default(),
+            grant,
+            revocations: tokio::sync::Mutex::new(None),
+        }
+    }
+}
+
+#[async_trait]
+impl Lease for RedlockLease {
+    fn grant(&self) -> Grant {
+        self.grant
+    }
+
+    async fn renew(&self) -> Result<Renewal, RenewError> {
+        let call = match self.mode {
+            Mode::Exclusive => Call::new(&RENEW).key(self.keys.slot(self.grant.slot)),
+            Mode::Shared => Call::new(&RENEW_SHARED).key(self.keys.readers()),
+        }
+        .arg(&self.owner)
+        .arg(millis(self.ttl));
+        let masters = &self.masters;
+        let (n, quorum) = (masters.len(), masters.quorum());
+        let mut round = masters.call::<i64>(&call, renew_timeout(self.ttl));
+        let (mut confirmed, mut gone, mut failures) = (0, 0, Vec::new());
+        while let Some((i, answer)) = round.next().await {
+            match answer {
+                Ok(1) => confirmed += 1,
+                Ok(_) => gone += 1,
+                Err(e) => failures.push((i, e)),
+            }
+            if confirmed >= quorum {
+                for (_, e) in &failures {
+                    crate::debug!("renewal not confirmed on a master: {e}");
+                }
+                return Ok(Renewal {
+                    ttl: Some(validity(self.ttl)),
+                });
+            }
+            if gone > n - quorum {
+                return Err(RenewError::Lost(format!(
+                    "the lease is gone on {gone} of the {n} redlock masters, so no quorum holds it \
+                     (it expired, was broken with release --force, or masters lost it)"
+                )));
+            }
+            if gone + failures.len() > n - quorum {
+                break;
+            }
+        }
+        let mut reason = format!("only {confirmed} of {n} confirmed ({quorum} needed)");
+        if gone > 0 {
+            reason.push_str(&format!("; {gone} no longer hold it"));
+        }
+        for (_, e) in &failures {
+            reason.push_str(&format!("; {e}"));
+        }
+        Err(RenewError::Unconfirmed(BackendError::Failed {
+            endpoint: "the redlock masters".into(),
+            reason,
+        }))
+    }
+
+    async fn release(self: Box<Self>) -> Result<(), BackendError> {
+        let call = match self.mode {
+            Mode::Exclusive => Call::new(&RELEASE).key(self.keys.slot(self.grant.slot)),
+            Mode::Shared => Call::new(&RELEASE_SHARED)
+                .key(self.keys.readers())
+                .key(self.keys.rinfo()),
+        }
+        .key(self.keys.meta())
+        .key(self.keys.queue())
+        .key(self.keys.xqueue())
+        .arg(&self.owner)
+        .arg(self.keys.wake_prefix());
+        let round = self.masters.call::<i64>(&call, REQUEST_TIMEOUT);
+        let released = self.masters.quorum_of(round).await?;
+        if released.iter().all(|(_, n)| *n == 0) {
+            crate::info!("the lease was no longer this run's; nothing to release");
+        }
+        Ok(())
+    }
+
+    async fn revoked(&self) {
+        let mut bells = self.revocations.lock().await;
+        if let Some(current) = bells.as_mut() {
+            if current.rung().await {
+                return;
+            }
+            crate::debug!("a revocation channel broke; listening again");
+            *bells = None;
+        }
+        tokio::time::sleep(LISTEN_AFTER).await;
+        let channel = format!("{}{}", self.keys.revoke_prefix(), self.owner);
+        loop {
+            match Bells::open(&self.masters, &channel).await {
+                Ok(made) => {
+                    *bells = Some(made);
+                    // Resolving now makes the supervisor check at once: a release that came
+                    // before the subscriptions is found too.
+                    return;
+                }
+                Err(e) => crate::debug!("cannot listen for a forced release ({e})"),
+            }
+            tokio::time::sleep(SAFETY_RECHECK).await;
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! [`Redlock`]: the `redlock://` backend's line of waiters, kept on every master and ordered alike
+//! on all of them: one try is a round of the acquire script on every master ([`grant`]); leaving
+//! the line and the doorbell are the Redis backend's, on every master ([`Bells`]). The waiting
+//! itself is the shared engine's.
+//!
+//! A contender that only tries once never stands in line, so contenders that split the masters
+//! between them would all fail on a free name; such a try is made again, twice at most, after a
+//! short random pause.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::bells::Bells;
+use super::grant::{self, Place, Tried};
+use super::inspect;
+use super::lease::RedlockLease;
+use super::masters::Masters;
+use super::scripts::{Call, LEAVE, line_keys};
+use super::timing::drift;
+use crate::backend::redis::keys::Keys;
+use crate::backend::waiting::line::{Attempt, Doorbell, Line, Taken, Ticket};
+use crate::backend::waiting::policy::{LEAVE_TIMEOUT, random_bytes};
+use crate::backend::{BackendError, Grant, IntervalClaim, Lease, LockStatus};
+use crate::clock::BootInstant;
+use crate::name::LockName;
+
+/// How many more times a single try is made when contenders split the masters.
+const SPLIT_RETRIES: usize = 2;
+
+/// N independent Redis masters, as a line of waiters.
+pub struct Redlock {
+    masters: Arc<Masters>,
+    shown: String,
+    /// Each contender's place in line, by owner id.
+    places: Mutex<HashMap<String, Place>>,
+}
+
+impl Redlock {
+    pub fn new(masters: Masters, shown: &str) -> Self {
+        Redlock {
+            masters: Arc::new(masters),
+            shown: shown.to_owned(),
+            places: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn places(&self) -> std::sync::MutexGuard<'_, HashMap<String, Place>> {
+        self.places.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// A pause of 2 to 20 ms, different for each contender.
+async fn jitter() {
+    let byte = random_bytes::<1>().map_or(0, |b| b[0]);
+    tokio::time::sleep(Duration::from_millis(2 + u64::from(byte) % 19)).await;
+}
+
+#[async_trait]
+impl Line for Redlock {
+    fn describe(&self) -> String {
+        self.shown.clone()
+    }
+
+    async fn attempt(&self, ticket: &Ticket<'_>) -> Result<Attempt, BackendError> {
+        let mut place = self
+            .places()
+            .get(&ticket.owner)
+            .copied()
+            .unwrap_or_default();
+        let mut tried = grant::attempt(&self.masters, ticket, &mut place).await;
+        if !ticket.queues() {
+            for _ in 0..SPLIT_RETRIES {
+                if !matches!(tried, Ok(Tried { split: true, .. })) {
+                    break;
+                }
+                jitter().await;
+                tried = grant::attempt(&self.masters, ticket, &mut place).await;
+            }
+        }
+        self.places().insert(ticket.owner.clone(), place);
+        tried.map(|tried| tried.attempt)
+    }
+
+    async fn leave(&self, ticket: &Ticket<'_>) -> Result<(), BackendError> {
+        self.places().remove(&ticket.owner);
+        let keys = Keys::new(&ticket.request.name);
+        let call = Call::new(&LEAVE)
+            .keys(line_keys(&keys))
+            .keys(keys.slots(ticket.request.limit))
+            .arg(&ticket.owner)
+            .arg(keys.wake_prefix());
+        let round = self.masters.call::<i64>(&call, LEAVE_TIMEOUT);
+        self.masters.quorum_of(round).await.map(drop)
+    }
+
+    async fn doorbell(&self, ticket: &Ticket<'_>) -> Result<Box<dyn Doorbell>, BackendError> {
+        let channel = format!(
+            "{}{}",
+            Keys::new(&ticket.request.name).wake_prefix(),
+            ticket.owner
+        );
+        Ok(Box::new(Bells::open(&self.masters, &channel).await?))
+    }
+
+    fn lease(&self, ticket: &Ticket<'_>, taken: Taken, sent_at: BootInstant) -> Box<dyn Lease> {
+        self.places().remove(&ticket.owner);
+        Box::new(RedlockLease::new(
+            Arc::clone(&self.masters),
+            Keys::new(&ticket.request.name),
+            ticket.request.mode,
+            ticket.owner.clone(),
+            Grant {
+                token: taken.token,
+                slot: taken.slot,
+                ttl: Some(taken.ttl),
+                // The masters' clocks may run ahead of lockrun's by the drift: the lease is
+                // counted as if asked for that much earlier, so that it is known to last its
+                // validity (TTL − drift) and the command is told the TTL the masters grant.
+                sent_at: sent_at.saturating_sub(drift(taken.ttl)),
+            },
+        ))
+    }
+
+    async fn status(&self, name: &LockName) -> Result<LockStatus, BackendError> {
+        inspect::status(&self.masters, name).await
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<LockStatus>, BackendError> {
+        inspect::list(&self.masters, prefix).await
+    }
+
+    async fn force_release(&self, name: &LockName) -> Result<usize, BackendError> {
+        inspect::force_release(&self.masters, name).await
+    }
+
+    async fn claim_interval(
+        &self,
+        name: &LockName,
+        interval: Duration,
+    ) -> Result<IntervalClaim, BackendError> {
+        inspect::claim_interval(&self.masters, name, interval).await
+    }
+
+    async fn server_time(&self) -> Result<Option<std::time::SystemTime>, BackendError> {
+        inspect::server_time(&self.masters).await.map(Some)
+    }
+}

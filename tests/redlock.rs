@@ -1,0 +1,347 @@
+//! What only the `redlock://` backend has: a quorum of independent Redis masters. Everything it
+//! shares with the other backends is in the conformance suite (`conformance::redlock`, on three
+//! masters, where every fault hits all of them); here faults hit some masters only, with three and
+//! with five:
+//!
+//! - a minority killed, frozen (SIGSTOP) or cut off (the proxy drops its traffic) under a holder:
+//!   the command runs on, nobody else gets the lock, and it ends normally;
+//! - a majority lost: the command is stopped before its lease could expire, counted from the last
+//!   renewal a quorum confirmed, and lockrun exits 76;
+//! - a minority restarted empty: no second holder appears, and tokens keep rising;
+//! - one master's clock stepped forward an hour and back (libfaketime): its early-expired hold lets
+//!   nobody in, and tokens keep rising;
+//! - six workers racing for one name while one master answers 100 ms late: no update is lost.
+
+use std::time::{Duration, Instant};
+
+use crate::support::fixture::Fixture;
+use crate::support::proxy::{Direction, Proxy};
+use crate::support::redlock_servers::RedlockServers;
+use crate::support::scene::Scene;
+use crate::support::timing::LeaseTiming;
+use crate::support::tools;
+use crate::support::wait::{alive, code, numbers_in, text, wait_before, wait_until};
+
+/// The lease every test here asks for.
+const TTL: &str = "2s";
+
+/// How a test breaks a master.
+#[derive(Clone, Copy, Debug)]
+enum Fault {
+    /// SIGKILL: connections refused from then on.
+    Kill,
+    /// SIGSTOP: connections open, nothing answers.
+    Pause,
+    /// The proxy in front of it drops every packet both ways.
+    Blackhole,
+}
+
+fn break_master<const N: usize>(
+    fx: &mut RedlockServers<N>,
+    proxies: &[Proxy],
+    i: usize,
+    fault: Fault,
+) {
+    match fault {
+        Fault::Kill => fx.master_mut(i).kill(),
+        Fault::Pause => fx.master(i).pause(),
+        Fault::Blackhole => proxies[i].blackhole(),
+    }
+}
+
+/// The most masters that may fail while a quorum remains.
+const fn minority(n: usize) -> usize {
+    (n - 1) / 2
+}
+
+/// A run that tries for `name` for `wait` must give up with 75, its command never run.
+fn locked_out(s: &Scene, url: &str, name: &str, wait: &str) {
+    let out = crate::support::lockrun::output(&mut s.cmd_via(
+        url,
+        ["--name", name, "--wait", wait, "--", "touch", "intruder"],
+    ));
+    assert_eq!(code(&out), 75, "{}", text(&out.stderr));
+    assert!(!s.path("intruder").exists(), "a second holder ran");
+}
+
+/// A holder through one proxy per master; `faults[i]` breaks master `i` (or not). The holder must
+/// ride through two leases' worth of time, keep the name from everyone else, show in `status`,
+/// and end normally.
+fn minority_lost<const N: usize>(faults: &[Fault]) {
+    assert!(faults.len() <= minority(N));
+    let mut fx = RedlockServers::<N>::start();
+    let (proxies, via) = fx.proxied_each();
+    let s = Scene::new(fx.url());
+    let mut holder = s.hold_via(&via, "minority", "h", &["--ttl", TTL]);
+    for (i, fault) in faults.iter().enumerate() {
+        break_master(&mut fx, &proxies, i, *fault);
+    }
+    let broken = Instant::now();
+    // The witnesses reach the masters that are left through the proxies too.
+    locked_out(&s, &via, "minority", "1s");
+    let status = Scene::new(&via).status("minority");
+    assert_eq!(status["holders"][0]["token"], holder.token(), "{status}");
+    let until = broken + holder.ttl() * 2;
+    let stopped = wait_before(until, || !holder.command_alive());
+    assert!(
+        !stopped,
+        "the command was stopped with {faults:?} on {} of {N} masters; lockrun said:\n{}",
+        faults.len(),
+        holder.process.stderr_so_far()
+    );
+    let out = holder.finish();
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    assert_eq!(s.overlaps(), "");
+    for (i, fault) in faults.iter().enumerate() {
+        if let Fault::Pause = fault {
+            fx.master(i).resume();
+        }
+    }
+}
+
+#[test]
+fn a_killed_minority_changes_nothing() {
+    minority_lost::<3>(&[Fault::Kill]);
+}
+
+#[test]
+fn a_frozen_minority_changes_nothing() {
+    minority_lost::<3>(&[Fault::Pause]);
+}
+
+#[test]
+fn a_silent_minority_changes_nothing() {
+    minority_lost::<3>(&[Fault::Blackhole]);
+}
+
+#[test]
+fn two_of_five_masters_lost_change_nothing() {
+    minority_lost::<5>(&[Fault::Kill, Fault::Blackhole]);
+}
+
+/// A holder through one proxy per master loses a majority to `fault`: its command must be dead by
+/// the stop point of the last renewal a quorum confirmed (the masters left always confirm; the
+/// last confirmation of a lost one completes the quorum), and lockrun must exit 76.
+fn majority_lost<const N: usize>(fault: Fault) {
+    let mut fx = RedlockServers::<N>::start();
+    let (proxies, via) = fx.proxied_each();
+    let s = Scene::new(fx.url());
+    let mut holder = s.hold_via(&via, "majority", "h", &["--ttl", TTL]);
+    let lost = N / 2 + 1;
+    let left = N - lost;
+    for i in 0..lost {
+        break_master(&mut fx, &proxies, i, fault);
+    }
+    let timing = LeaseTiming::defaults(holder.ttl());
+    let pid = holder.child_pid();
+    let dead = wait_until(timing.ttl * 2, || !alive(pid));
+    let seen_dead = Instant::now();
+    assert!(
+        dead,
+        "the command was never stopped; lockrun said:\n{}",
+        holder.process.stderr_so_far()
+    );
+    // A quorum needs `quorum - left` of the lost masters: the latest moment that many of them
+    // still confirmed.
+    let mut confirmed: Vec<Instant> = proxies[..lost]
+        .iter()
+        .map(|p| p.confirmed().expect("every master answered the holder"))
+        .collect();
+    confirmed.sort();
+    let needed = N / 2 + 1 - left;
+    let confirmed = confirmed[lost - needed];
+    let bound = timing.seen_dead_by(confirmed);
+    assert!(
+        seen_dead <= bound,
+        "the command ran {:?} past its stop point ({timing:?}); lockrun said:\n{}",
+        seen_dead - bound,
+        holder.process.stderr_so_far()
+    );
+    let out = holder.exit();
+    assert_eq!(code(&out), 76, "{}", text(&out.stderr));
+}
+
+#[test]
+fn a_killed_majority_stops_the_holder_before_expiry() {
+    majority_lost::<3>(Fault::Kill);
+}
+
+#[test]
+fn a_silent_majority_stops_the_holder_before_expiry() {
+    majority_lost::<3>(Fault::Blackhole);
+}
+
+#[test]
+fn three_of_five_masters_lost_stop_the_holder_before_expiry() {
+    majority_lost::<5>(Fault::Blackhole);
+}
+
+/// Runs `true` on `name` and returns the token it got.
+fn token(s: &Scene, name: &str) -> u64 {
+    let out = s.run([
+        "--name",
+        name,
+        "--ttl",
+        TTL,
+        "--",
+        "sh",
+        "-c",
+        "echo $FENCING_TOKEN >> tokens",
+    ]);
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    *numbers_in(&s.path("tokens")).last().expect("a token")
+}
+
+/// A minority of masters restarted with nothing (every key lost) under a holder that holds all of
+/// them: nobody else gets in, the holder runs on; then, each minority in turn restarted empty
+/// between two runs, every token is larger than the one before.
+fn minority_restarted_empty<const N: usize>() {
+    let mut fx = RedlockServers::<N>::start();
+    let s = Scene::new(fx.url());
+    let before = token(&s, "empty");
+    let mut holder = s.hold("empty", "h", &["--ttl", TTL]);
+    assert!(holder.token() > before);
+    for i in 0..minority(N) {
+        fx.master_mut(i).restart(true);
+    }
+    locked_out(&s, s.url(), "empty", "1500ms");
+    assert!(holder.command_alive(), "the holder lost its lease");
+    assert_eq!(s.status("empty")["holders"][0]["token"], holder.token());
+    let out = holder.finish();
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    let mut last = holder.token();
+    for first in 0..N {
+        for i in (first..first + minority(N)).map(|i| i % N) {
+            fx.master_mut(i).restart(true);
+        }
+        let next = token(&s, "empty");
+        assert!(
+            next > last,
+            "{next} <= {last} after masters from {first} lost everything"
+        );
+        last = next;
+    }
+    assert_eq!(s.overlaps(), "");
+}
+
+#[test]
+fn a_minority_restarted_empty_lets_nobody_in_and_tokens_rise() {
+    minority_restarted_empty::<3>();
+}
+
+#[test]
+fn two_of_five_restarted_empty_let_nobody_in_and_tokens_rise() {
+    minority_restarted_empty::<5>();
+}
+
+/// Master 0's wall clock stepped through libfaketime: an hour ahead, its token proposals jump (the
+/// token follows the largest of the quorum, and master 0 is always in it: the others answer 30 ms
+/// late); back to true time (restarted empty, too) and an hour behind, the token written back on a
+/// quorum keeps tokens rising. And a step of an hour ahead under a holder expires its hold on that
+/// master at once: nobody else gets in, and the holder runs on.
+#[test]
+fn one_masters_clock_stepped_forward_and_back_keeps_tokens_rising_and_one_holder() {
+    let Some(preload) = tools::faketime_for_redis() else {
+        return;
+    };
+    let offsets = tempfile::tempdir().unwrap();
+    let mut fx = RedlockServers::<3>::with_faketime(&preload, offsets.path());
+    let step =
+        |offset: &str| std::fs::write(offsets.path().join("0"), format!("{offset}\n")).unwrap();
+    let (proxies, via) = fx.proxied_each();
+    for proxy in &proxies[1..] {
+        proxy.set_delay(Direction::ToClient, Duration::from_millis(30));
+    }
+    let s = Scene::new(&via);
+    let hour_us = 3_600_000_000u64;
+
+    let first = token(&s, "skew");
+    step("+3600");
+    let ahead = token(&s, "skew");
+    assert!(
+        ahead > first + hour_us / 2,
+        "master 0's clock an hour ahead did not raise the token: {first} -> {ahead}"
+    );
+    // Master 0, whose clock gave the last token, comes back an hour earlier with nothing: only
+    // the token written back on the others is left to keep the next one above it.
+    step("+0");
+    fx.master_mut(0).restart(true);
+    let back = token(&s, "skew");
+    assert!(
+        back > ahead,
+        "{back} <= {ahead} after master 0 came back empty, its clock stepped back"
+    );
+    step("-3600");
+    let behind = token(&s, "skew");
+    assert!(
+        behind > back,
+        "{behind} <= {back} with the clock an hour behind"
+    );
+
+    step("+0");
+    let mut holder = s.hold("skew", "h", &["--ttl", TTL]);
+    assert!(holder.token() > behind);
+    let key = "lockrun:{skew}:slot:0";
+    assert_eq!(fx.master(0).ask(&["EXISTS", key]), "1");
+    step("+3600");
+    assert!(
+        wait_until(Duration::from_secs(2), || fx
+            .master(0)
+            .ask(&["EXISTS", key])
+            == "0"),
+        "the hold on master 0 did not expire when its clock jumped"
+    );
+    locked_out(&s, &via, "skew", "1500ms");
+    assert!(holder.command_alive(), "the holder lost its lease");
+    let out = holder.finish();
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    assert!(token(&s, "skew") > holder.token());
+}
+
+/// Six workers loop read-modify-write sections on one name through one proxy per master, the last
+/// master's answers 100 ms late: every update lands, tokens rise in the order the sections ran,
+/// and no section ran beside another.
+fn race_with_a_slow_master<const N: usize>() {
+    const WORKERS: usize = 6;
+    const SECTIONS: usize = 4;
+    let fx = RedlockServers::<N>::start();
+    let (proxies, via) = fx.proxied_each();
+    proxies[N - 1].set_delay(Direction::ToClient, Duration::from_millis(100));
+    let s = Scene::new(&via);
+    std::fs::write(s.path("counter"), "0").unwrap();
+    let section = "if [ -e busy ]; then echo overlap >> overlaps; fi; touch busy; \
+                   n=$(cat counter); sleep 0.01; echo $((n+1)) > counter; \
+                   echo $FENCING_TOKEN >> tokens; rm busy";
+    std::thread::scope(|scope| {
+        for _ in 0..WORKERS {
+            scope.spawn(|| {
+                for _ in 0..SECTIONS {
+                    let out = s.run([
+                        "--name", "race", "--ttl", TTL, "--wait", "60s", "--", "sh", "-c", section,
+                    ]);
+                    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+                }
+            });
+        }
+    });
+    let counter = std::fs::read_to_string(s.path("counter")).unwrap();
+    assert_eq!(
+        counter.trim(),
+        (WORKERS * SECTIONS).to_string(),
+        "an update was lost"
+    );
+    assert_eq!(s.overlaps(), "", "two sections ran at once");
+    let tokens = numbers_in(&s.path("tokens"));
+    assert_eq!(tokens.len(), WORKERS * SECTIONS);
+    assert!(tokens.windows(2).all(|p| p[0] < p[1]), "{tokens:?}");
+}
+
+#[test]
+fn six_workers_with_one_slow_master_lose_no_update() {
+    race_with_a_slow_master::<3>();
+}
+
+#[test]
+fn six_workers_with_one_slow_master_of_five_lose_no_update() {
+    race_with_a_slow_master::<5>();
+}
