@@ -38,23 +38,16 @@ impl Timing {
         kill_after: Option<Duration>,
     ) -> Result<Self, String> {
         let show = |d: Duration| humantime::format_duration(d).to_string();
-        if let Some(r) = renew
-            && r >= ttl
-        {
-            return Err(format!(
-                "invalid --renew {}: must be shorter than --ttl {}",
-                show(r),
-                show(ttl)
-            ));
-        }
-        if let Some(k) = kill_after
-            && k >= ttl
-        {
-            return Err(format!(
-                "invalid --kill-after {}: must be shorter than --ttl {}",
-                show(k),
-                show(ttl)
-            ));
+        for (flag, given) in [("--renew", renew), ("--kill-after", kill_after)] {
+            if let Some(given) = given
+                && given >= ttl
+            {
+                return Err(format!(
+                    "invalid {flag} {}: must be shorter than --ttl {}",
+                    show(given),
+                    show(ttl)
+                ));
+            }
         }
         if let Some(r) = renew
             && r < MIN_RENEW

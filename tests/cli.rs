@@ -1,11 +1,13 @@
 //! Bad input through the real binary: every usage error exits 64 with one lowercase line naming
 //! the problem, and runs nothing.
 
-use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Output;
 
 use crate::support::asserts::{assert_hidden, assert_one_line, assert_said};
 use crate::support::lockrun::{lockrun, output};
 use crate::support::scene::Scene;
+use crate::support::tools::chmod;
 use crate::support::wait::{code, text};
 
 /// Names that are not lock names.
@@ -160,13 +162,18 @@ fn release_without_force_is_refused() {
     assert_said(&out, "--force");
 }
 
+/// Runs `lockrun --backend-file FILE ARGS...` to completion.
+fn with_backend_file(file: &Path, args: &[&str]) -> Output {
+    output(lockrun().arg("--backend-file").arg(file).args(args))
+}
+
 #[test]
 fn the_backend_url_can_come_from_a_file() {
     let env = Scene::file();
     let file = env.path("backend");
     std::fs::write(&file, format!("{}\n", env.url())).unwrap();
     let echo = ["--name", "f", "--", "sh", "-c", "echo $FENCING_TOKEN"];
-    let out = output(lockrun().arg("--backend-file").arg(&file).args(echo));
+    let out = with_backend_file(&file, &echo);
     assert_eq!(code(&out), 0, "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "1\n");
     assert_eq!(
@@ -177,19 +184,14 @@ fn the_backend_url_can_come_from_a_file() {
 
     // A password in a file anyone may read is refused, as ssh refuses such a key.
     std::fs::write(&file, "redis://:hunter2@127.0.0.1:1\n").unwrap();
-    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let out = output(
-        lockrun()
-            .arg("--backend-file")
-            .arg(&file)
-            .args(["--name", "f", "--", "true"]),
-    );
+    chmod(&file, 0o644);
+    let out = with_backend_file(&file, &["--name", "f", "--", "true"]);
     assert_eq!(code(&out), 64, "{}", text(&out.stderr));
     assert_said(&out, "chmod 600");
     assert_hidden(&text(&out.stderr), &["hunter2"]);
 
     // A password kept in a private file shows nowhere, even when the backend is unreachable.
-    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    chmod(&file, 0o600);
     let out = output(
         lockrun()
             .env("LOCKRUN_BACKEND_FILE", &file)
@@ -202,12 +204,7 @@ fn the_backend_url_can_come_from_a_file() {
         if bad.ends_with("empty") {
             std::fs::write(&bad, "\n").unwrap();
         }
-        let out = output(
-            lockrun()
-                .arg("--backend-file")
-                .arg(&bad)
-                .args(["--name", "f", "--", "true"]),
-        );
+        let out = with_backend_file(&bad, &["--name", "f", "--", "true"]);
         assert_eq!(code(&out), 64, "{}", text(&out.stderr));
         assert_said(&out, "--backend-file");
     }
@@ -308,15 +305,7 @@ fn usage_errors_point_at_what_was_meant() {
             "invalid --ttl 10ms",
         ),
     ] {
-        let out = env.run(args);
-        assert_eq!(code(&out), 64, "{args:?}: {}", text(&out.stderr));
-        assert_eq!(
-            text(&out.stderr).lines().count(),
-            1,
-            "{args:?}: {}",
-            text(&out.stderr)
-        );
-        assert_said(&out, needle);
+        assert_one_line(&env.run(args), 64, needle);
     }
 }
 
@@ -340,19 +329,12 @@ fn flock_short_options_mean_what_they_mean_to_flock() {
 #[test]
 fn status_quiet_answers_in_its_exit_status() {
     let env = Scene::file();
-    let out = env.run(["status", "q", "-q"]);
-    assert_eq!(
-        (code(&out), out.stdout.len()),
-        (1, 0),
-        "{}",
-        text(&out.stderr)
-    );
+    let assert_answers = |status: i32| {
+        let out = env.run(["status", "q", "-q"]);
+        let answer = (code(&out), out.stdout.len());
+        assert_eq!(answer, (status, 0), "{}", text(&out.stderr));
+    };
+    assert_answers(1);
     let _holder = env.hold("q", "h", &[]);
-    let out = env.run(["status", "q", "-q"]);
-    assert_eq!(
-        (code(&out), out.stdout.len()),
-        (0, 0),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_answers(0);
 }

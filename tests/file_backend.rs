@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::support::lockrun::{BIN, Proc, output, scrub};
 use crate::support::scene::Scene;
-use crate::support::tools;
+use crate::support::tools::{self, chmod};
 use crate::support::wait::{code, numbers_in, text};
 
 #[test]
@@ -68,15 +68,13 @@ fn a_symlink_planted_as_a_lock_file_is_refused() {
 #[test]
 fn a_new_user_with_an_empty_home_gets_a_private_state_directory() {
     // As a normal user the default is the user's own home; the test needs to become another.
-    if !tools::root() {
+    let Some(home) = tools::dir_for_another_user(0o755) else {
         return;
-    }
-    let home = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(home.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    nix::unistd::chown(home.path(), Some(65534.into()), Some(65534.into())).unwrap();
+    };
+    let nobody = tools::NOBODY;
+    nix::unistd::chown(home.path(), Some(nobody.into()), Some(nobody.into())).unwrap();
     let out = output(
-        std::process::Command::new("setpriv")
-            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        tools::as_user(tools::NOBODY)
             .arg(BIN)
             .args(["--name", "demo", "--", "sh", "-c", "echo $FENCING_TOKEN"])
             .env_clear()
@@ -97,11 +95,11 @@ fn a_new_user_with_an_empty_home_gets_a_private_state_directory() {
 fn a_world_writable_state_directory_is_refused_unless_sticky() {
     let env = Scene::file();
     std::fs::create_dir_all(env.state()).unwrap();
-    std::fs::set_permissions(env.state(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    chmod(env.state(), 0o777);
     env.refuses(env.url(), "x", 69, "world-writable");
 
     // With the sticky bit, others cannot replace our files: that is a usable shared directory.
-    std::fs::set_permissions(env.state(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    chmod(env.state(), 0o1777);
     let out = env.run(["--name", "x", "--", "touch", "ran"]);
     assert_eq!(code(&out), 0, "{}", text(&out.stderr));
     assert!(env.path("ran").exists());
@@ -115,7 +113,7 @@ fn a_state_directory_another_user_owns_is_refused_even_through_a_symlink() {
     }
     let env = Scene::file();
     std::fs::create_dir_all(env.state()).unwrap();
-    nix::unistd::chown(&env.state(), Some(65534.into()), None).unwrap();
+    nix::unistd::chown(&env.state(), Some(tools::NOBODY.into()), None).unwrap();
     let link = env.path("link");
     std::os::unix::fs::symlink(env.state(), &link).unwrap();
     let url = format!("file://{}", link.display());
@@ -140,32 +138,24 @@ fn the_largest_limit_fits_under_a_small_descriptor_limit() {
 /// that a second user cannot use under the usual umask 022: files are made group-writable.
 #[test]
 fn a_group_shared_state_directory_works_for_every_member_under_umask_022() {
-    if !tools::root() {
+    let Some(top) = tools::dir_for_another_user(0o755) else {
         return;
-    }
-    let top = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(top.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    };
     let state = top.path().join("shared");
     std::fs::create_dir(&state).unwrap();
-    nix::unistd::chown(&state, Some(0.into()), Some(65534.into())).unwrap();
-    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o2770)).unwrap();
+    nix::unistd::chown(&state, Some(0.into()), Some(tools::NOBODY.into())).unwrap();
+    chmod(&state, 0o2770);
     let url = format!("file://{}", state.display());
-    let as_user = |uid: &str, args: &[&str]| {
+    let run_as = |uid: u32, args: &[&str]| {
         let script = format!("umask 022 && exec {BIN} --backend {url} {}", args.join(" "));
-        let mut cmd = std::process::Command::new("setpriv");
-        cmd.args([
-            &format!("--reuid={uid}"),
-            "--regid=65534",
-            "--clear-groups",
-            "--",
-        ])
-        .args(["sh", "-c", &script]);
+        let mut cmd = tools::as_user(uid);
+        cmd.args(["sh", "-c", &script]);
         scrub(&mut cmd);
         output(&mut cmd)
     };
-    for uid in ["0", "65534", "0"] {
+    for uid in [0, tools::NOBODY, 0] {
         for mode in ["", "--shared"] {
-            let out = as_user(uid, &["--name", "g", mode, "--", "true"]);
+            let out = run_as(uid, &["--name", "g", mode, "--", "true"]);
             assert_eq!(code(&out), 0, "as uid {uid} {mode}: {}", text(&out.stderr));
         }
     }

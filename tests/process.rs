@@ -2,18 +2,17 @@
 //! the parent-death signal, and descriptors that must not leak to the command's descendants.
 
 use std::io::Write;
-use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use crate::support::asserts::assert_said;
+use crate::support::asserts::{assert_gone_within, assert_one_line, assert_said};
 use crate::support::fixture::Fixture;
 use crate::support::lockrun::{BIN, Proc, scrub};
 use crate::support::redis_server::RedisServer;
 use crate::support::scene::Scene;
-use crate::support::tools;
+use crate::support::tools::{self, chmod};
 use crate::support::wait::{SOON, alive, code, number_in, text, wait_for_file, wait_until};
 
 #[test]
@@ -46,7 +45,7 @@ fn a_missing_command_exits_127_and_a_non_executable_one_126() {
 
     let script = env.path("not-executable.sh");
     std::fs::write(&script, "#!/bin/sh\necho hi\n").unwrap();
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).unwrap();
+    chmod(&script, 0o644);
     let out = env.run(["--name", "x", "--", script.to_str().unwrap()]);
     assert_eq!(code(&out), 126, "{}", text(&out.stderr));
 
@@ -191,10 +190,7 @@ fn sigkill_of_lockrun_kills_the_command() {
     assert!(alive(child));
     run.signal(Signal::SIGKILL);
     run.wait(SOON);
-    assert!(
-        wait_until(Duration::from_secs(5), || !alive(child)),
-        "the command outlived lockrun"
-    );
+    assert_gone_within(Duration::from_secs(5), "the command", child, "lockrun");
     // And the lock is free at once.
     assert_eq!(
         code(&env.run(["--name", "die", "--no-wait", "--", "true"])),
@@ -304,9 +300,11 @@ fn a_lost_lease_stops_descendants_that_left_the_process_group() {
                   while :; do sleep 0.05; done' >/dev/null 2>&1 &
                   while :; do sleep 0.05; done";
     let daemon = lose_lease_while(&env, "daemon", script);
-    assert!(
-        wait_until(Duration::from_secs(5), || !alive(daemon)),
-        "the daemon outlived the lost lease"
+    assert_gone_within(
+        Duration::from_secs(5),
+        "the daemon",
+        daemon,
+        "the lost lease",
     );
 }
 
@@ -355,21 +353,13 @@ fn a_command_that_cannot_start_says_why() {
     let env = Scene::file();
     let script = env.path("orphan.sh");
     std::fs::write(&script, "#!/usr/bin/no-such-interpreter\necho hi\n").unwrap();
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    chmod(&script, 0o755);
     for (command, needle) in [
         (script.to_str().unwrap(), "/usr/bin/no-such-interpreter"),
         ("cd", "sh -c"),
         ("echo hi", "sh -c"),
     ] {
-        let out = env.run(["--name", "x", "--", command]);
-        assert_eq!(code(&out), 127, "{command}: {}", text(&out.stderr));
-        assert_eq!(
-            text(&out.stderr).lines().count(),
-            1,
-            "{}",
-            text(&out.stderr)
-        );
-        assert_said(&out, needle);
+        assert_one_line(&env.run(["--name", "x", "--", command]), 127, needle);
     }
     assert_eq!(env.status("x")["held"], false);
 }
@@ -380,22 +370,19 @@ fn a_command_that_cannot_start_says_why() {
 /// cgroup, so the watchdog must work from what lockrun told it.
 #[test]
 fn a_killed_lockrun_takes_setuid_commands_and_escapees_with_it() {
-    if !tools::root() {
+    let Some(dir) = tools::dir_for_another_user(0o777) else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    };
     let suid_sleep = dir.path().join("suid-sleep");
     std::fs::copy("/bin/sleep", &suid_sleep).unwrap();
-    std::fs::set_permissions(&suid_sleep, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    chmod(&suid_sleep, 0o4755);
     let script = format!(
         "{} 60 & echo $! > setuid.pid; setsid sleep 61 & echo $! > escapee.pid; \
          echo $$ > command.pid; wait",
         suid_sleep.display()
     );
-    let mut cmd = std::process::Command::new("setpriv");
-    cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-        .arg(BIN)
+    let mut cmd = tools::as_user(tools::NOBODY);
+    cmd.arg(BIN)
         .arg("--backend")
         .arg(format!("file://{}/state", dir.path().display()))
         .args(["--name", "w", "--", "sh", "-c", &script])
@@ -422,14 +409,11 @@ fn a_killed_lockrun_takes_setuid_commands_and_escapees_with_it() {
     run.signal(Signal::SIGKILL);
     run.wait(SOON);
     for (what, pid) in [
-        ("command", command),
-        ("setuid program", setuid),
-        ("escapee", escapee),
+        ("the command", command),
+        ("the setuid program", setuid),
+        ("the escapee", escapee),
     ] {
-        assert!(
-            wait_until(Duration::from_secs(2), || !alive(pid)),
-            "the {what} (pid {pid}) outlived the killed lockrun"
-        );
+        assert_gone_within(Duration::from_secs(2), what, pid, "the killed lockrun");
     }
 }
 
@@ -593,17 +577,12 @@ fn what_a_long_command_forks_as_lockrun_dies_dies_too() {
     );
     run.signal(Signal::SIGKILL);
     run.wait(SOON);
-    assert!(
-        wait_until(Duration::from_secs(2), || !alive(spinner)),
-        "the spinner outlived lockrun"
-    );
+    assert_gone_within(Duration::from_secs(2), "the spinner", spinner, "lockrun");
     if let Ok(late) = std::fs::read_to_string(env.path("late")) {
         let late: i32 = late.trim().parse().unwrap();
         let _late_guard = scopeguard(late);
-        assert!(
-            wait_until(Duration::from_secs(2), || !alive(late)),
-            "what the spinner forked as lockrun died outlived it"
-        );
+        let what = "what the spinner forked as lockrun died";
+        assert_gone_within(Duration::from_secs(2), what, late, "lockrun");
     }
 }
 

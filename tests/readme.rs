@@ -6,12 +6,12 @@
 //! stale token, which it must refuse. ```text blocks are illustrations (other hosts, output) and
 //! are not run.
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::Command;
 
 use crate::support::lockrun::{BIN, output, scrub};
 use crate::support::postgres_server::PgServer;
+use crate::support::tools::chmod;
 use crate::support::wait::{code, text};
 
 /// The README's code blocks: the info string and the body.
@@ -55,7 +55,7 @@ impl Sandbox {
         let path = self.path(relative.trim_start_matches("./").trim_start_matches('/'));
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(&path, "#!/bin/sh\nexit 0\n").unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        chmod(&path, 0o755);
         path
     }
 
@@ -76,6 +76,13 @@ impl Sandbox {
             )
             .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         cmd
+    }
+
+    /// Runs `script` as [`Sandbox::sh`] does; unless it exits 0, fails the test with `failed`
+    /// and what the script printed on stderr.
+    fn assert_runs(&self, script: &str, env: &[(String, String)], failed: &str) {
+        let out = output(&mut self.sh(script, env));
+        assert_eq!(code(&out), 0, "{failed}\n{}", text(&out.stderr));
     }
 }
 
@@ -100,13 +107,7 @@ fn every_shell_example_runs_as_written() {
         stub_relative_commands(&sandbox, &body);
         // The first example builds lockrun; the sandbox has it built already.
         let script = body.replace("cargo run --release --", "lockrun");
-        let out = output(&mut sandbox.sh(&script, &[]));
-        assert_eq!(
-            code(&out),
-            0,
-            "README example failed:\n{body}\n{}",
-            text(&out.stderr)
-        );
+        sandbox.assert_runs(&script, &[], &format!("README example failed:\n{body}"));
         ran += 1;
     }
     assert!(ran >= 5, "only {ran} shell examples were found");
@@ -143,13 +144,8 @@ fn every_crontab_line_runs() {
                     w => w.to_owned(),
                 })
                 .collect();
-            let out = output(&mut sandbox.sh(&command.join(" "), &env));
-            assert_eq!(
-                code(&out),
-                0,
-                "crontab line failed:\n{line}\n{}",
-                text(&out.stderr)
-            );
+            let failed = format!("crontab line failed:\n{line}");
+            sandbox.assert_runs(&command.join(" "), &env, &failed);
             ran += 1;
         }
     }
@@ -177,11 +173,14 @@ fn the_fenced_write_example_works_and_refuses_a_stale_token() {
     let sandbox = Sandbox::new();
     let bill = sandbox.path("bill.sh");
     std::fs::write(&bill, script).unwrap();
-    std::fs::set_permissions(&bill, std::fs::Permissions::from_mode(0o755)).unwrap();
+    chmod(&bill, 0o755);
     let env = [("DATABASE_URL".to_owned(), server.url())];
     for _ in 0..2 {
-        let out = output(&mut sandbox.sh("lockrun --name billing -- ./bill.sh", &env));
-        assert_eq!(code(&out), 0, "bill.sh failed: {}", text(&out.stderr));
+        sandbox.assert_runs(
+            "lockrun --name billing -- ./bill.sh",
+            &env,
+            "bill.sh failed:",
+        );
     }
     let out = output(&mut sandbox.sh("FENCING_TOKEN=1 ./bill.sh", &env));
     assert_eq!(

@@ -16,6 +16,22 @@ ran (it was stopped); 124 --timeout ran out (the command was stopped); 126 comma
 The command gets FENCING_TOKEN (see --token-env), a number that strictly increases with every
 acquisition of NAME: pass it to the storage you write so it can reject a stale holder.";
 
+/// What every duration option has in common, written once and applied as `#[arg(duration())]`
+/// (clap's derive calls any `Arg` method it is given): the value shows as DURATION (500ms, 15s,
+/// 2m), completes as free text, and may start with `-`, so that `--ttl -1s` reaches `config`'s
+/// message about durations instead of clap's "unexpected argument".
+trait DurationArg {
+    fn duration(self) -> Self;
+}
+
+impl DurationArg for clap::Arg {
+    fn duration(self) -> Self {
+        self.value_name("DURATION")
+            .allow_hyphen_values(true)
+            .value_hint(ValueHint::Other)
+    }
+}
+
 /// Run a command while holding a named lease, with a fencing token.
 ///
 /// lockrun acquires the lease NAME on a backend, starts COMMAND (directly, no shell) with a fencing
@@ -95,36 +111,16 @@ pub struct RunArgs {
     /// Lease length, e.g. 500ms, 15s, 2m. A backend may raise it to its minimum (ZooKeeper also
     /// lowers it to its maximum session timeout); the command is told the granted value in
     /// $LOCKRUN_TTL_MS.
-    #[arg(
-        allow_hyphen_values = true,
-        long,
-        env = "LOCKRUN_TTL",
-        value_name = "DURATION",
-        default_value = "15s",
-        value_hint = ValueHint::Other
-    )]
+    #[arg(long, env = "LOCKRUN_TTL", default_value = "15s", duration())]
     pub ttl: String,
 
     /// Renewal interval (at least 10ms); must be shorter than the TTL. Default: a third of the TTL.
-    #[arg(
-        allow_hyphen_values = true,
-        long,
-        env = "LOCKRUN_RENEW",
-        value_name = "DURATION",
-        value_hint = ValueHint::Other
-    )]
+    #[arg(long, env = "LOCKRUN_RENEW", duration())]
     pub renew: Option<String>,
 
     /// Give up waiting for the lock after this long and exit 75 (see --busy-exit-code). A bare
     /// number is seconds, as for flock -w. Default: wait forever.
-    #[arg(
-        short,
-        allow_hyphen_values = true,
-        long,
-        env = "LOCKRUN_WAIT",
-        value_name = "DURATION",
-        value_hint = ValueHint::Other
-    )]
+    #[arg(short, long, env = "LOCKRUN_WAIT", duration())]
     pub wait: Option<String>,
 
     /// Try once and exit 75 if the lock is busy (same as --wait 0, and as flock -n).
@@ -166,38 +162,20 @@ pub struct RunArgs {
     /// Grace between SIGTERM and SIGKILL when the command is stopped (lease lost, --timeout).
     /// Default: a quarter of the TTL, at most 10s. On a lost lease, TERM is sent early enough that
     /// TERM, the grace and KILL all land before the lease could expire on the backend.
-    #[arg(
-        allow_hyphen_values = true,
-        long,
-        env = "LOCKRUN_KILL_AFTER",
-        value_name = "DURATION",
-        value_hint = ValueHint::Other
-    )]
+    #[arg(long, env = "LOCKRUN_KILL_AFTER", duration())]
     pub kill_after: Option<String>,
 
     /// The command's own time limit: when it runs out, TERM the command, KILL it after
     /// --kill-after, release the lease and exit 124 (as timeout(1) does). Distinct from --wait,
     /// the time to get the lock.
-    #[arg(
-        allow_hyphen_values = true,
-        long,
-        env = "LOCKRUN_TIMEOUT",
-        value_name = "DURATION",
-        value_hint = ValueHint::Other
-    )]
+    #[arg(long, env = "LOCKRUN_TIMEOUT", duration())]
     pub timeout: Option<String>,
 
     /// Run at most once per DURATION across the fleet: if NAME was last acquired less than
     /// DURATION ago (by anyone, on any host), do not run; exit with the busy code. Measured by the
     /// backend's clock where it has one, so skewed host clocks cannot cause a second run. The
     /// time is recorded when the lease is taken, whether or not the command then succeeds.
-    #[arg(
-        allow_hyphen_values = true,
-        long,
-        env = "LOCKRUN_MIN_INTERVAL",
-        value_name = "DURATION",
-        value_hint = ValueHint::Other
-    )]
+    #[arg(long, env = "LOCKRUN_MIN_INTERVAL", duration())]
     pub min_interval: Option<String>,
 
     /// Newest-wins waiting, for deploys: a newer waiter on NAME that also passed --supersede makes
@@ -208,14 +186,7 @@ pub struct RunArgs {
 
     /// While waiting, print one line this often saying who holds NAME (host, pid, note, for how
     /// long) and the place in line; the first after 1s. 0 never prints; -q silences it too.
-    #[arg(
-        allow_hyphen_values = true,
-        long,
-        env = "LOCKRUN_PROGRESS",
-        value_name = "DURATION",
-        default_value = "30s",
-        value_hint = ValueHint::Other
-    )]
+    #[arg(long, env = "LOCKRUN_PROGRESS", default_value = "30s", duration())]
     pub progress: String,
 
     /// Free text stored with the holder and shown by `status` and to waiters (a CI job URL, a
@@ -285,13 +256,7 @@ pub enum Command {
     Drill {
         /// Lease length for the drill's holders, e.g. 1s, 2s. A backend may raise it to its
         /// minimum (etcd does).
-        #[arg(
-            long,
-            value_name = "DURATION",
-            default_value = "2s",
-            allow_hyphen_values = true,
-            value_hint = ValueHint::Other
-        )]
+        #[arg(long, default_value = "2s", duration())]
         ttl: String,
         /// Lease name for the drill; it must be free. Default: lockrun-drill/HOST-PID, which no
         /// real lock uses.

@@ -11,41 +11,36 @@ pub const MAX_NOTE_LEN: usize = 1024;
 /// Reads an environment variable.
 type Env<'a> = &'a dyn Fn(&str) -> Option<String>;
 
-/// A CI system: its name, and how its job URL is built from the environment.
-struct CiSystem {
-    name: &'static str,
-    url: fn(Env<'_>) -> Option<String>,
+/// Where a CI system keeps its job's URL.
+enum JobUrl {
+    /// Whole, in one variable.
+    Variable(&'static str),
+    /// In pieces: server, repository and run id.
+    GitHubActions,
 }
 
-/// The CI systems lockrun recognizes, in the order they are tried.
-const CI_SYSTEMS: [CiSystem; 5] = [
-    CiSystem {
-        name: "GitHub Actions",
-        url: |env| {
-            Some(format!(
+impl JobUrl {
+    /// The job's URL from `env`; `None` when any piece of it is missing.
+    fn read(&self, env: Env<'_>) -> Option<String> {
+        match self {
+            JobUrl::Variable(key) => env(key),
+            JobUrl::GitHubActions => Some(format!(
                 "{}/{}/actions/runs/{}",
                 env("GITHUB_SERVER_URL")?.trim_end_matches('/'),
                 env("GITHUB_REPOSITORY")?,
                 env("GITHUB_RUN_ID")?
-            ))
-        },
-    },
-    CiSystem {
-        name: "GitLab CI",
-        url: |env| env("CI_JOB_URL"),
-    },
-    CiSystem {
-        name: "Buildkite",
-        url: |env| env("BUILDKITE_BUILD_URL"),
-    },
-    CiSystem {
-        name: "Jenkins",
-        url: |env| env("BUILD_URL"),
-    },
-    CiSystem {
-        name: "CircleCI",
-        url: |env| env("CIRCLE_BUILD_URL"),
-    },
+            )),
+        }
+    }
+}
+
+/// The CI systems lockrun recognizes, by name, in the order they are tried.
+const CI_SYSTEMS: [(&str, JobUrl); 5] = [
+    ("GitHub Actions", JobUrl::GitHubActions),
+    ("GitLab CI", JobUrl::Variable("CI_JOB_URL")),
+    ("Buildkite", JobUrl::Variable("BUILDKITE_BUILD_URL")),
+    ("Jenkins", JobUrl::Variable("BUILD_URL")),
+    ("CircleCI", JobUrl::Variable("CIRCLE_BUILD_URL")),
 ];
 
 /// The note to store: `given`, made fit, or the CI job's URL from `env`.
@@ -59,9 +54,9 @@ pub fn resolve(given: Option<OsString>, env: Env<'_>) -> Option<String> {
 /// The job URL of the CI system the environment belongs to, if any.
 fn from_ci(env: Env<'_>) -> Option<String> {
     let nonempty = |key: &str| env(key).filter(|v| !v.trim().is_empty());
-    CI_SYSTEMS.iter().find_map(|system| {
-        let url = (system.url)(&nonempty)?;
-        crate::info!("note: the {} job's URL, {url}", system.name);
+    CI_SYSTEMS.iter().find_map(|(system, job_url)| {
+        let url = job_url.read(&nonempty)?;
+        crate::info!("note: the {system} job's URL, {url}");
         Some(fit(url.into()))
     })
 }

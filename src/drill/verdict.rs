@@ -484,23 +484,26 @@ mod tests {
         assert!(self::failed(&t).contains(&"takeover"));
     }
 
+    /// A good timeline whose pause ends early: A resumes at `a_resumed` (its command is stopped
+    /// 5 ms later), and B wrote at `b_wrote` and exited at `b_exited`, all in milliseconds.
+    fn resumed_early(a_resumed: u64, b_wrote: u64, b_exited: u64) -> Timeline {
+        let mut t = good();
+        t.a.resumed = Some(at(a_resumed));
+        t.a.command_ended = Some(at(a_resumed + 5));
+        t.writes[1].at = at(b_wrote);
+        t.b.exited = Some(at(b_exited));
+        t
+    }
+
     #[test]
     fn a_takeover_before_the_lease_could_expire_fails() {
-        let mut t = good();
-        t.a.resumed = Some(at(1100));
-        t.a.command_ended = Some(at(1105));
-        t.writes[1].at = at(500);
-        t.b.exited = Some(at(600));
+        let t = resumed_early(1100, 500, 600);
         assert_eq!(failed(&t), ["lease-respected"]);
     }
 
     #[test]
     fn a_pause_shorter_than_the_lease_fails() {
-        let mut t = good();
-        t.a.resumed = Some(at(900));
-        t.a.command_ended = Some(at(905));
-        t.writes[1].at = at(850);
-        t.b.exited = Some(at(860));
+        let t = resumed_early(900, 850, 860);
         let failed = failed(&t);
         assert!(failed.contains(&"paused-past-lease"), "{failed:?}");
     }

@@ -2,6 +2,8 @@
 //! command is stopped before a lease it cannot renew could expire, whatever the renewals do.
 
 use std::ffi::OsString;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
@@ -28,45 +30,113 @@ fn sh(script: &str) -> Child {
     .expect("spawn sh")
 }
 
-/// Runs `script` under a lease granted now whose renewals behave as `renewals`; returns the
+/// One supervised run: a shell command (started when the run is made) under a scripted lease,
+/// `ttl` long and granted at `granted`, whose renewals follow `script`; `timeout` is `--timeout`,
+/// and what is sent on `signals` reaches the loop as a received signal.
+struct Run {
+    child: Child,
+    ttl: Duration,
+    granted: BootInstant,
+    timeout: Option<Duration>,
+    script: Arc<Script>,
+    signals: mpsc::UnboundedSender<Signal>,
+    received: mpsc::UnboundedReceiver<Signal>,
+}
+
+impl Run {
+    /// `command` under a lease of [`TTL`] granted now whose renewals do `renewals`; no timeout.
+    fn new(command: &str, renewals: Renewals) -> Self {
+        let granted = BootInstant::now();
+        let script = Script::new(renewals);
+        let child = sh(command);
+        let (signals, received) = mpsc::unbounded_channel();
+        Run {
+            child,
+            ttl: TTL,
+            granted,
+            timeout: None,
+            script,
+            signals,
+            received,
+        }
+    }
+
+    /// When the lease expires unless it is renewed.
+    fn expiry(&self) -> BootInstant {
+        self.granted + self.ttl
+    }
+
+    /// Supervises the command to its end while `meanwhile` runs beside the loop.
+    async fn beside(mut self, meanwhile: impl Future<Output = ()>) -> Outcome {
+        let timing = Timing::new(self.ttl, None, None).unwrap();
+        let lease = ScriptedLease::new(self.ttl, self.granted, self.script);
+        let supervised = supervise(
+            lease,
+            timing,
+            self.timeout,
+            &mut self.child,
+            &mut self.received,
+        );
+        let (outcome, ()) = tokio::join!(supervised, meanwhile);
+        outcome.unwrap()
+    }
+
+    /// Supervises the command to its end; `delay` after the start, `act` is done to the script.
+    async fn acting_after(self, delay: Duration, act: impl FnOnce(&Script)) -> Outcome {
+        let script = self.script.clone();
+        let acting = async move {
+            tokio::time::sleep(delay).await;
+            act(&script);
+        };
+        self.beside(acting).await
+    }
+
+    /// Supervises the command to its end.
+    async fn alone(self) -> Outcome {
+        self.beside(async {}).await
+    }
+}
+
+/// Runs `command` under a lease granted now whose renewals behave as `renewals`; returns the
 /// outcome, when it ended, the lease's first expiry, and the script.
 async fn run(
-    script: &str,
+    command: &str,
     renewals: Renewals,
-) -> (Outcome, BootInstant, BootInstant, std::sync::Arc<Script>) {
-    let timing = Timing::new(TTL, None, None).unwrap();
-    let sent_at = BootInstant::now();
-    let control = Script::new(renewals);
-    let lease = ScriptedLease::new(TTL, sent_at, control.clone());
-    let mut child = sh(script);
-    let (_tx, mut rx) = mpsc::unbounded_channel();
-    let outcome = supervise(lease, timing, None, &mut child, &mut rx)
-        .await
-        .unwrap();
-    (outcome, BootInstant::now(), sent_at + TTL, control)
+) -> (Outcome, BootInstant, BootInstant, Arc<Script>) {
+    let supervised = Run::new(command, renewals);
+    let (expiry, script) = (supervised.expiry(), supervised.script.clone());
+    let outcome = supervised.alone().await;
+    (outcome, BootInstant::now(), expiry, script)
+}
+
+/// The command ended (at `ended`) before the lease it could no longer renew expired.
+fn assert_stopped_before(ended: BootInstant, expiry: BootInstant) {
+    assert!(
+        ended < expiry,
+        "the command outlived the lease by {:?}",
+        ended - expiry
+    );
+}
+
+/// The lease was renewed at least `times` times, then released.
+fn assert_renewed_then_released(script: &Script, times: u32) {
+    let renewed = script.renew_calls();
+    assert!(renewed >= times, "renewed {renewed} times");
+    assert!(script.released.load(Ordering::SeqCst), "not released");
 }
 
 #[tokio::test]
 async fn confirmed_renewals_keep_the_command_running_past_the_ttl() {
     let (outcome, _, _, script) = run("sleep 2; exit 7", Renewals::Confirm).await;
     assert_eq!(outcome, Outcome::Exited(7));
-    assert!(
-        script.renew_calls() >= 4,
-        "renewed {} times",
-        script.renew_calls()
-    );
-    assert!(script.released.load(std::sync::atomic::Ordering::SeqCst));
+    assert_renewed_then_released(&script, 4);
 }
 
 #[tokio::test]
 async fn failing_renewals_stop_the_command_before_the_lease_expires() {
     let (outcome, ended, expiry, script) = run("sleep 10", Renewals::Fail).await;
     assert!(matches!(outcome, Outcome::LeaseLost(_)), "{outcome:?}");
-    assert!(
-        ended < expiry,
-        "the command outlived the lease by {:?}",
-        ended - expiry
-    );
+    assert_stopped_before(ended, expiry);
     assert!(script.renew_calls() >= 2, "failed renewals are retried");
 }
 
@@ -74,11 +144,7 @@ async fn failing_renewals_stop_the_command_before_the_lease_expires() {
 async fn hanging_renewals_stop_the_command_before_the_lease_expires() {
     let (outcome, ended, expiry, _) = run("sleep 10", Renewals::Hang).await;
     assert!(matches!(outcome, Outcome::LeaseLost(_)), "{outcome:?}");
-    assert!(
-        ended < expiry,
-        "the command outlived the lease by {:?}",
-        ended - expiry
-    );
+    assert_stopped_before(ended, expiry);
 }
 
 #[tokio::test]
@@ -86,11 +152,7 @@ async fn a_command_that_ignores_term_is_killed_before_the_lease_expires() {
     let (outcome, ended, expiry, _) =
         run("trap '' TERM; sleep 10 & wait; sleep 10", Renewals::Fail).await;
     assert!(matches!(outcome, Outcome::LeaseLost(_)), "{outcome:?}");
-    assert!(
-        ended < expiry,
-        "the command outlived the lease by {:?}",
-        ended - expiry
-    );
+    assert_stopped_before(ended, expiry);
 }
 
 #[tokio::test]
@@ -107,16 +169,13 @@ async fn a_lost_lease_stops_the_command_at_the_first_renewal() {
 #[tokio::test]
 async fn a_lease_already_past_is_not_renewed_and_the_command_is_killed_at_once() {
     // As if lockrun had been stopped for longer than the lease right after acquiring.
-    let timing = Timing::new(TTL, None, None).unwrap();
-    let sent_at = BootInstant::now().saturating_sub(TTL + Duration::from_millis(100));
-    let script = Script::new(Renewals::Confirm);
-    let lease = ScriptedLease::new(TTL, sent_at, script.clone());
-    let mut child = sh("sleep 10");
-    let (_tx, mut rx) = mpsc::unbounded_channel();
+    let run = Run {
+        granted: BootInstant::now().saturating_sub(TTL + Duration::from_millis(100)),
+        ..Run::new("sleep 10", Renewals::Confirm)
+    };
+    let script = run.script.clone();
     let started = BootInstant::now();
-    let outcome = supervise(lease, timing, None, &mut child, &mut rx)
-        .await
-        .unwrap();
+    let outcome = run.alone().await;
     assert!(
         matches!(outcome, Outcome::LeaseLost(ref r) if r.contains("expired")),
         "{outcome:?}"
@@ -134,85 +193,70 @@ async fn a_lease_already_past_is_not_renewed_and_the_command_is_killed_at_once()
 
 #[tokio::test]
 async fn received_signals_are_forwarded_to_the_command() {
-    let timing = Timing::new(TTL, None, None).unwrap();
-    let lease = ScriptedLease::new(TTL, BootInstant::now(), Script::new(Renewals::Confirm));
     let dir = tempfile::tempdir().unwrap();
     let ready = dir.path().join("ready");
-    let mut child = sh(&format!(
-        "trap 'exit 42' USR1; touch {}; while :; do sleep 0.05; done",
-        ready.display()
-    ));
-    let (tx, mut rx) = mpsc::unbounded_channel();
+    let run = Run::new(
+        &format!(
+            "trap 'exit 42' USR1; touch {}; while :; do sleep 0.05; done",
+            ready.display()
+        ),
+        Renewals::Confirm,
+    );
+    let signals = run.signals.clone();
     let forward = async {
         // The command says when its trap is set; only then is the signal sent.
         while !ready.exists() {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        tx.send(Signal::SIGUSR1).unwrap();
+        signals.send(Signal::SIGUSR1).unwrap();
     };
-    let (outcome, ()) = tokio::join!(supervise(lease, timing, None, &mut child, &mut rx), forward);
-    assert_eq!(outcome.unwrap(), Outcome::Exited(42));
+    assert_eq!(run.beside(forward).await, Outcome::Exited(42));
 }
 
 #[tokio::test]
 async fn renewals_that_recover_in_time_keep_the_lease() {
-    let timing = Timing::new(TTL, None, None).unwrap();
-    let script = Script::new(Renewals::Fail);
-    let lease = ScriptedLease::new(TTL, BootInstant::now(), script.clone());
-    let mut child = sh("sleep 1.5; exit 3");
-    let (_tx, mut rx) = mpsc::unbounded_channel();
-    let heal = async {
-        tokio::time::sleep(Duration::from_millis(350)).await;
-        script.set(Renewals::Confirm);
-    };
-    let (outcome, ()) = tokio::join!(supervise(lease, timing, None, &mut child, &mut rx), heal);
-    assert_eq!(outcome.unwrap(), Outcome::Exited(3));
+    let outcome = Run::new("sleep 1.5; exit 3", Renewals::Fail)
+        .acting_after(Duration::from_millis(350), |script| {
+            script.set(Renewals::Confirm)
+        })
+        .await;
+    assert_eq!(outcome, Outcome::Exited(3));
 }
 
 #[tokio::test]
 async fn a_timeout_stops_the_command_while_the_lease_is_still_renewed() {
-    let timing = Timing::new(TTL, None, None).unwrap();
-    let script = Script::new(Renewals::Confirm);
-    let lease = ScriptedLease::new(TTL, BootInstant::now(), script.clone());
-    // TERM is ignored, so only the KILL after the grace ends it: renewals must go on meanwhile.
-    let mut child = sh("trap '' TERM; sleep 10 & wait; sleep 10");
-    let (_tx, mut rx) = mpsc::unbounded_channel();
-    let started = BootInstant::now();
     let timeout = Duration::from_millis(600);
-    let outcome = supervise(lease, timing, Some(timeout), &mut child, &mut rx)
-        .await
-        .unwrap();
+    // TERM is ignored, so only the KILL after the grace ends it: renewals must go on meanwhile.
+    let run = Run {
+        timeout: Some(timeout),
+        ..Run::new("trap '' TERM; sleep 10 & wait; sleep 10", Renewals::Confirm)
+    };
+    let script = run.script.clone();
+    let kill_after = Timing::new(run.ttl, None, None).unwrap().kill_after;
+    let started = BootInstant::now();
+    let outcome = run.alone().await;
     assert_eq!(outcome, Outcome::TimedOut);
     let took = BootInstant::now() - started;
     assert!(
-        took >= timeout + timing.kill_after
-            && took < timeout + timing.kill_after + Duration::from_secs(1),
+        took >= timeout + kill_after && took < timeout + kill_after + Duration::from_secs(1),
         "stopped after {took:?}"
     );
-    assert!(
-        script.renew_calls() >= 2,
-        "renewed {} times",
-        script.renew_calls()
-    );
-    assert!(script.released.load(std::sync::atomic::Ordering::SeqCst));
+    assert_renewed_then_released(&script, 2);
 }
 
 #[tokio::test]
 async fn an_announced_revocation_is_checked_at_once_not_at_the_next_renewal() {
-    let ttl = Duration::from_secs(30);
-    let timing = Timing::new(ttl, None, None).unwrap();
-    let script = Script::new(Renewals::Confirm);
-    let lease = ScriptedLease::new(ttl, BootInstant::now(), script.clone());
-    let mut child = sh("sleep 20");
-    let (_tx, mut rx) = mpsc::unbounded_channel();
+    let run = Run {
+        ttl: Duration::from_secs(30),
+        ..Run::new("sleep 20", Renewals::Confirm)
+    };
     let started = BootInstant::now();
-    let revoke = async {
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    let revoke = |script: &Script| {
         script.set(Renewals::Lose);
         script.revoke.notify_one();
     };
-    let (outcome, ()) = tokio::join!(supervise(lease, timing, None, &mut child, &mut rx), revoke);
-    assert!(matches!(outcome.unwrap(), Outcome::LeaseLost(_)));
+    let outcome = run.acting_after(Duration::from_millis(100), revoke).await;
+    assert!(matches!(outcome, Outcome::LeaseLost(_)));
     assert!(
         BootInstant::now() - started < Duration::from_secs(5),
         "the revocation waited for the 10 s renewal"
@@ -221,18 +265,10 @@ async fn an_announced_revocation_is_checked_at_once_not_at_the_next_renewal() {
 
 #[tokio::test]
 async fn a_spurious_announcement_only_costs_a_renewal() {
-    let timing = Timing::new(TTL, None, None).unwrap();
-    let script = Script::new(Renewals::Confirm);
-    let lease = ScriptedLease::new(TTL, BootInstant::now(), script.clone());
-    let mut child = sh("sleep 0.5; exit 5");
-    let (_tx, mut rx) = mpsc::unbounded_channel();
-    let announce = async {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        script.revoke.notify_one();
-    };
-    let (outcome, ()) = tokio::join!(
-        supervise(lease, timing, None, &mut child, &mut rx),
-        announce
-    );
-    assert_eq!(outcome.unwrap(), Outcome::Exited(5));
+    let outcome = Run::new("sleep 0.5; exit 5", Renewals::Confirm)
+        .acting_after(Duration::from_millis(50), |script| {
+            script.revoke.notify_one()
+        })
+        .await;
+    assert_eq!(outcome, Outcome::Exited(5));
 }

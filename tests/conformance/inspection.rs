@@ -1,7 +1,6 @@
 //! What lockrun shows and what it refuses: `status`/`list` in the contract's shape, passwords that
 //! never show, backends that cannot be reached or never answer, malformed URLs, and `drill`.
 
-use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -10,6 +9,7 @@ use crate::support::asserts::{assert_hidden, assert_one_line};
 use crate::support::fixture::Fixture;
 use crate::support::lockrun::{lockrun, output};
 use crate::support::scene::Scene;
+use crate::support::tools::chmod;
 use crate::support::wait::{SOON, code, text};
 
 /// The keys of an object, sorted.
@@ -123,7 +123,7 @@ pub fn passwords_never_leak<F: Fixture>() {
     let s = Scene::new(fx.url());
     let file = s.path("backend");
     std::fs::write(&file, format!("{}\n", fx.url())).unwrap();
-    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    chmod(&file, 0o600);
     let mut seen = String::new();
     for (i, given) in ["--backend", "LOCKRUN_BACKEND", "--backend-file"]
         .iter()
@@ -175,7 +175,7 @@ fn credentials_are_refused<F: Fixture>(password: &str) {
     let s = Scene::new(&url);
     let file = s.path("backend");
     std::fs::write(&file, &url).unwrap();
-    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    chmod(&file, 0o600);
     for given in ["--backend", "LOCKRUN_BACKEND", "--backend-file"] {
         let mut cmd = lockrun();
         match given {
@@ -232,7 +232,7 @@ pub fn silent_server_at_startup_exits_69<F: Fixture>() {
         None => {
             let state = s.url().strip_prefix("file://").expect("a file URL");
             std::fs::create_dir_all(state).unwrap();
-            std::fs::set_permissions(state, std::fs::Permissions::from_mode(0o777)).unwrap();
+            chmod(state, 0o777);
             s.refuses(s.url(), "x", 69, "world-writable");
         }
     }

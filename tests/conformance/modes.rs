@@ -58,32 +58,11 @@ pub fn readers_share_and_writers_run_alone<F: Fixture>() {
     for round in 0..2 {
         for i in 0..3 {
             let id = format!("r{round}{i}");
-            runs.push(s.spawn([
-                "--name",
-                "rw",
-                "--shared",
-                "--ttl",
-                F::TTL,
-                "--wait",
-                "60s",
-                "--",
-                "sh",
-                "-c",
-                &section("r", &id, "0.4"),
-            ]));
+            let reader = section("r", &id, "0.4");
+            runs.push(s.waiter("rw", &["--shared", "--ttl", F::TTL], &reader));
         }
-        runs.push(s.spawn([
-            "--name",
-            "rw",
-            "--ttl",
-            F::TTL,
-            "--wait",
-            "60s",
-            "--",
-            "sh",
-            "-c",
-            &section("w", &format!("w{round}"), "0.2"),
-        ]));
+        let writer = section("w", &format!("w{round}"), "0.2");
+        runs.push(s.waiter("rw", &["--ttl", F::TTL], &writer));
     }
     for run in &mut runs {
         let out = run.wait(Duration::from_secs(60));
@@ -119,32 +98,10 @@ pub fn a_waiting_writer_goes_before_later_readers<F: Fixture>() {
         first,
     )
     .started();
-    let mut writer = s.spawn([
-        "--name",
-        "starve",
-        "--ttl",
-        F::TTL,
-        "--wait",
-        "60s",
-        "--",
-        "sh",
-        "-c",
-        &section("w", "w1", "0.1"),
-    ]);
+    let mut writer = s.waiter("starve", &["--ttl", F::TTL], &section("w", "w1", "0.1"));
     s.wait_waiters("starve", 1);
-    let mut late = s.spawn([
-        "--name",
-        "starve",
-        "--shared",
-        "--ttl",
-        F::TTL,
-        "--wait",
-        "60s",
-        "--",
-        "sh",
-        "-c",
-        &section("r", "r2", "0.1"),
-    ]);
+    let late_reader = section("r", "r2", "0.1");
+    let mut late = s.waiter("starve", &["--shared", "--ttl", F::TTL], &late_reader);
     s.wait_waiters("starve", 2);
     assert_eq!(code(&first.finish()), 0);
     for run in [&mut writer, &mut late] {
@@ -199,23 +156,8 @@ pub fn supersede_runs_only_the_newest_waiter<F: Fixture>() {
     for i in 0..5u64 {
         let script = format!("echo {i} >> deployed");
         let note = format!("deploy #{i}");
-        waiters.push(s.spawn([
-            "--name",
-            "deploy",
-            "--supersede",
-            "--note",
-            &note,
-            "--ttl",
-            F::TTL,
-            "--wait",
-            "60s",
-            "-E",
-            "3",
-            "--",
-            "sh",
-            "-c",
-            &script,
-        ]));
+        let options = ["--supersede", "--note", &note, "--ttl", F::TTL, "-E", "3"];
+        waiters.push(s.waiter("deploy", &options, &script));
         s.wait_status("deploy", &format!("queued {note}"), |st| {
             st["queue"]
                 .as_array()

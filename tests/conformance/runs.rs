@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 
+use crate::support::asserts::assert_gone_within;
 use crate::support::fixture::Fixture;
 use crate::support::scene::Scene;
 use crate::support::wait::{SOON, alive, code, number_in, text, wait_for_file, wait_until};
@@ -135,15 +136,11 @@ pub fn nothing_outlives_a_killed_lockrun<F: Fixture>() {
     holder.exit();
     let killed = Instant::now();
     for (what, pid) in [
-        ("command", holder.child_pid()),
-        ("child", child),
-        ("escapee", escapee),
+        ("the command", holder.child_pid()),
+        ("the child", child),
+        ("the escapee", escapee),
     ] {
-        assert!(
-            wait_until(Duration::from_secs(2), || !alive(pid)),
-            "the {what} (pid {pid}) outlived its lockrun: {}",
-            std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default()
-        );
+        assert_gone_within(Duration::from_secs(2), what, pid, "its lockrun");
     }
     assert!(killed.elapsed() < Duration::from_secs(2));
     // The next holder finds nothing of the first one running.

@@ -1,8 +1,9 @@
 //! Assertions several test modules make in the same words: a command stopped before its lease
-//! could expire, a one-line message that names what it should and hides what it must.
+//! could expire, a process that does not outlive what it must not, a one-line message that names
+//! what it should and hides what it must.
 
 use std::process::Output;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::holder::Holder;
 use super::proxy::Proxy;
@@ -72,6 +73,16 @@ pub fn assert_rode_through(holder: &mut Holder, until: Instant) {
     );
     let out = holder.finish();
     assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+}
+
+/// The process `pid` is gone within `bound`; otherwise the test fails saying that `what` (the
+/// command, a daemon it left) outlived `outlived` (lockrun, the lost lease).
+pub fn assert_gone_within(bound: Duration, what: &str, pid: i32, outlived: &str) {
+    assert!(
+        wait_until(bound, || !alive(pid)),
+        "{what} (pid {pid}) outlived {outlived}: {}",
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default()
+    );
 }
 
 /// lockrun failed with `status`, printing one `lockrun: ` line on stderr that contains `needle`

@@ -89,16 +89,7 @@ pub fn render(cmd: &Command) -> String {
     }
 
     page.control("SH", ["DESCRIPTION"]);
-    for paragraph in cmd
-        .get_long_about()
-        .or(cmd.get_about())
-        .map(ToString::to_string)
-        .unwrap_or_default()
-        .split("\n\n")
-    {
-        page.control("PP", [] as [&str; 0]);
-        page.text([roman(paragraph)]);
-    }
+    about(&mut page, cmd);
 
     page.control("SH", ["OPTIONS"]);
     options(
@@ -123,16 +114,7 @@ pub fn render(cmd: &Command) -> String {
             "SS",
             [format!("{} {}", sub.get_name(), positionals.join(" ")).trim_end()],
         );
-        for paragraph in sub
-            .get_long_about()
-            .or(sub.get_about())
-            .map(ToString::to_string)
-            .unwrap_or_default()
-            .split("\n\n")
-        {
-            page.control("PP", [] as [&str; 0]);
-            page.text([roman(paragraph)]);
-        }
+        about(&mut page, sub);
         options(
             &mut page,
             sub.get_arguments()
@@ -192,6 +174,19 @@ pub fn render(cmd: &Command) -> String {
 }
 
 /// One `.TP` entry per option: its flags and value, its help, default and variable.
+/// What a command is for (its long help where it has one), a paragraph at a time.
+fn about(page: &mut Roff, cmd: &Command) {
+    let about = cmd.get_long_about().or(cmd.get_about());
+    for paragraph in about
+        .map(ToString::to_string)
+        .unwrap_or_default()
+        .split("\n\n")
+    {
+        page.control("PP", [] as [&str; 0]);
+        page.text([roman(paragraph)]);
+    }
+}
+
 fn options<'a>(page: &mut Roff, args: impl Iterator<Item = &'a Arg>) {
     for arg in args.filter(|a| !a.is_hide_set()) {
         let mut head = Vec::new();

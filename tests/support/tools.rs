@@ -1,10 +1,12 @@
-//! What some tests need from the machine besides the servers: root, `openssl`, libfaketime (and, to
-//! fake a `redis-server`'s clock, glibc's malloc-debug library). A test
-//! whose prerequisite is missing fails and says what to install, since in CI a skipped test must
-//! not pass; only with `LOCKRUN_TESTS_MAY_SKIP=1` in the environment (a developer's machine;
-//! `.ci/run` never sets it) does it say so on stderr and pass without running.
+//! What some tests need from the machine besides the servers: root (and, with it, acting as
+//! another user), `openssl`, libfaketime (and, to fake a `redis-server`'s clock, glibc's
+//! malloc-debug library). A test whose prerequisite is missing fails and says what to install,
+//! since in CI a skipped test must not pass; only with `LOCKRUN_TESTS_MAY_SKIP=1` in the
+//! environment (a developer's machine; `.ci/run` never sets it) does it say so on stderr and pass
+//! without running.
 
-use std::path::PathBuf;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 /// The opt-out: with it set, a missing prerequisite skips the test instead of failing it.
@@ -29,6 +31,38 @@ pub fn root() -> bool {
         nix::unistd::geteuid().is_root(),
         "to run as root (it acts as another user)",
     )
+}
+
+/// The unprivileged user, and group, that tests act as: `nobody`.
+pub const NOBODY: u32 = 65534;
+
+/// `setpriv` set to run what follows as user `uid`, in [`NOBODY`]'s group and no other (the test
+/// must run as [`root`]).
+pub fn as_user(uid: u32) -> Command {
+    let mut cmd = Command::new("setpriv");
+    cmd.arg(format!("--reuid={uid}"))
+        .arg(format!("--regid={NOBODY}"))
+        .args(["--clear-groups", "--"]);
+    cmd
+}
+
+/// For a test that acts as another user: a temporary directory with permission bits `mode`
+/// (0o755 lets [`NOBODY`] in, 0o777 lets it write), or `None` when the test cannot run as
+/// [`root`].
+pub fn dir_for_another_user(mode: u32) -> Option<tempfile::TempDir> {
+    if !root() {
+        return None;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    chmod(dir.path(), mode);
+    Some(dir)
+}
+
+/// Sets the permission bits of `path` to `mode`.
+pub fn chmod(path: impl AsRef<Path>, mode: u32) {
+    let path = path.as_ref();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .unwrap_or_else(|e| panic!("chmod {mode:o} {}: {e}", path.display()));
 }
 
 /// A working `openssl` command, to make test certificates.

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::lease::{FileLease, HolderRecord};
+use super::lease::{FileLease, HolderRecord, RecordPlace};
 use super::line::{self, Line, Place, Verdict};
 use super::proc_locks::LockTable;
 use super::state_dir::StateDir;
@@ -100,15 +100,15 @@ impl FileBackend {
             ttl_ms: request.ttl.as_millis().try_into().unwrap_or(u64::MAX),
             holder: request.holder.stamped(),
         };
+        let place = match request.mode {
+            Mode::Exclusive => RecordPlace::LockFile,
+            Mode::Shared => RecordPlace::Line {
+                dir: Line::open(&self.dir, &request.name)?.dir,
+                name: line::holder_file(token),
+            },
+        };
         let dir = Arc::clone(&self.dir);
-        match request.mode {
-            Mode::Exclusive => FileLease::exclusive(dir, lock_name, lock, grant, &record),
-            Mode::Shared => {
-                let line = Line::open(&self.dir, &request.name)?;
-                let record_name = line::holder_file(token);
-                FileLease::shared(dir, lock_name, lock, line.dir, record_name, grant, &record)
-            }
-        }
+        FileLease::new(dir, lock_name, lock, place, grant, &record)
     }
 
     /// Waits in line for the lock: until it is held, the deadline passes, a newer `--supersede`

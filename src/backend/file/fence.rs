@@ -89,8 +89,9 @@ fn read_hot(file: &File) -> Option<(String, u64)> {
     Some((boot.to_owned(), last.parse().ok()?))
 }
 
-/// This boot's id; `None` where the kernel does not say (then every token is flushed).
-fn boot_id() -> Option<String> {
+/// This boot's id; `None` where the kernel does not say (then every token is flushed, and an
+/// interval is measured on the wall clock).
+pub(super) fn boot_id() -> Option<String> {
     let id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
     let id = id.trim();
     (!id.is_empty() && !id.contains(' ')).then(|| id.to_owned())
@@ -100,15 +101,9 @@ fn boot_id() -> Option<String> {
 mod tests {
     use super::*;
 
-    fn dir() -> (tempfile::TempDir, StateDir) {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = StateDir::open(&tmp.path().join("state")).unwrap();
-        (tmp, dir)
-    }
-
     #[test]
     fn tokens_rise_by_one_within_a_boot_and_flush_once_per_block() {
-        let (tmp, dir) = dir();
+        let (tmp, dir) = StateDir::temporary();
         let tokens: Vec<u64> = (0..5)
             .map(|_| next_token(&dir, "n.fence").unwrap())
             .collect();
@@ -123,7 +118,7 @@ mod tests {
 
     #[test]
     fn after_a_reboot_tokens_continue_above_everything_reserved() {
-        let (tmp, dir) = dir();
+        let (tmp, dir) = StateDir::temporary();
         for _ in 0..3 {
             next_token(&dir, "n.fence").unwrap();
         }
@@ -150,7 +145,7 @@ mod tests {
 
     #[test]
     fn crossing_a_reservation_flushes_a_new_one_first() {
-        let (tmp, dir) = dir();
+        let (tmp, dir) = StateDir::temporary();
         std::fs::write(tmp.path().join("state/n.fence"), format!("{:020}\n", 10)).unwrap();
         let boot = boot_id().unwrap();
         std::fs::write(

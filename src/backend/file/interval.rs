@@ -8,6 +8,7 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use super::fence::boot_id;
 use super::state_dir::StateDir;
 use crate::backend::IntervalClaim;
 use crate::clock::BootInstant;
@@ -96,20 +97,13 @@ pub fn claim(dir: &StateDir, file_name: &str, interval: Duration) -> io::Result<
     Ok(IntervalClaim::Claimed)
 }
 
-/// This boot's id, from the kernel.
-fn boot_id() -> Option<String> {
-    let id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
-    Some(id.trim().to_owned()).filter(|id| !id.is_empty() && !id.contains(' '))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn a_second_claim_within_the_interval_is_too_soon() {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = StateDir::open(&tmp.path().join("s")).unwrap();
+        let (_tmp, dir) = StateDir::temporary();
         let minute = Duration::from_secs(60);
         assert_eq!(
             claim(&dir, "n.interval", minute).unwrap(),

@@ -74,51 +74,43 @@ pub struct FileLease {
     grant: Grant,
 }
 
+/// Where a new holder's record is to go.
+pub enum RecordPlace {
+    /// Into the lock file (an exclusive holder).
+    LockFile,
+    /// Into the file `name`, created in the line directory `dir` and kept locked (a shared
+    /// holder).
+    Line { dir: StateDir, name: String },
+}
+
 impl FileLease {
-    /// An exclusive holder: `lock` holds the `flock` on `lock_name`; the record goes into it.
-    pub fn exclusive(
+    /// A holder: `lock` holds a `flock` (exclusive or shared) on `lock_name`; `record` is written
+    /// to `place`.
+    pub fn new(
         dir: Arc<StateDir>,
         lock_name: String,
         lock: File,
+        place: RecordPlace,
         grant: Grant,
         record: &HolderRecord,
     ) -> io::Result<Self> {
         let bell = above(&lock, dir.open_rw(&lock_name)?)?;
-        record.write(&bell)?;
-        Self::new(dir, lock_name, lock, bell, RecordFile::InLockFile, grant)
-    }
-
-    /// A shared holder: `lock` holds a shared `flock` on `lock_name`; the record goes into the
-    /// file `record_name` of the line directory `line`, created and kept locked.
-    pub fn shared(
-        dir: Arc<StateDir>,
-        lock_name: String,
-        lock: File,
-        line: StateDir,
-        record_name: String,
-        grant: Grant,
-        record: &HolderRecord,
-    ) -> io::Result<Self> {
-        let bell = above(&lock, dir.open_rw(&lock_name)?)?;
-        let file = line.create_new(&record_name)?;
-        file.lock().map_err(|e| line.named(&record_name, e))?;
-        record.write(&file)?;
-        let own = RecordFile::Own {
-            dir: line,
-            name: record_name,
-            file,
+        let record = match place {
+            RecordPlace::LockFile => {
+                record.write(&bell)?;
+                RecordFile::InLockFile
+            }
+            RecordPlace::Line { dir: line, name } => {
+                let file = line.create_new(&name)?;
+                file.lock().map_err(|e| line.named(&name, e))?;
+                record.write(&file)?;
+                RecordFile::Own {
+                    dir: line,
+                    name,
+                    file,
+                }
+            }
         };
-        Self::new(dir, lock_name, lock, bell, own, grant)
-    }
-
-    fn new(
-        dir: Arc<StateDir>,
-        lock_name: String,
-        lock: File,
-        bell: File,
-        record: RecordFile,
-        grant: Grant,
-    ) -> io::Result<Self> {
         let id = FileId::of(&lock)?;
         Ok(FileLease {
             dir,

@@ -321,12 +321,6 @@ fn next_ticket(state: &StateDir, file_name: &str) -> io::Result<u64> {
 mod tests {
     use super::*;
 
-    fn state() -> (tempfile::TempDir, StateDir) {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = StateDir::open(&tmp.path().join("state")).unwrap();
-        (tmp, dir)
-    }
-
     fn record() -> HolderInfo {
         HolderInfo::current(None, Mode::Exclusive)
     }
@@ -352,7 +346,7 @@ mod tests {
 
     #[test]
     fn writers_wait_for_everyone_ahead_and_readers_only_for_writers() {
-        let (_tmp, state) = state();
+        let (_tmp, state) = StateDir::temporary();
         let name = LockName::parse("n").unwrap();
         let line = Line::open(&state, &name).unwrap();
         let join = |mode| line.join(&state, &name, mode, false, &record()).unwrap();
@@ -380,7 +374,7 @@ mod tests {
 
     #[test]
     fn a_dead_waiters_ticket_is_cleared_and_a_newer_superseder_replaces() {
-        let (_tmp, state) = state();
+        let (_tmp, state) = StateDir::temporary();
         let name = LockName::parse("n").unwrap();
         let line = Line::open(&state, &name).unwrap();
         let old = line

@@ -270,3 +270,14 @@ impl StateDir {
         Ok(names)
     }
 }
+
+#[cfg(test)]
+impl StateDir {
+    /// For unit tests: a new state directory, `state` inside a temporary directory that is
+    /// removed when the returned guard is dropped.
+    pub fn temporary() -> (tempfile::TempDir, StateDir) {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = StateDir::open(&tmp.path().join("state")).unwrap();
+        (tmp, dir)
+    }
+}
