@@ -14,10 +14,12 @@ use tokio::sync::watch;
 use tokio_postgres::types::Type;
 
 use super::crowd::Crowd;
-use super::doorbell::{Notified, Polled, Standing, View, Waiter};
+use super::doorbell::{Listening, Looking};
 use super::failure::Failure;
 use super::lease::PostgresLease;
-use super::link::{Link, REQUEST_TIMEOUT, Subscribed};
+use super::link::{Link, REQUEST_TIMEOUT};
+use super::looker::Looker;
+use super::pace::{Pace, Standing, View, Waiter};
 use super::settings::Settings;
 use super::{inspect, pgpass, schema};
 use crate::backend::waiting::line::{Attempt, Doorbell, InLine, Line, Taken, Ticket};
@@ -56,8 +58,10 @@ pub struct Postgres {
 
 /// What the tries of one contender found.
 struct Contender {
-    /// Where it stands, for a doorbell that polls.
+    /// Where it stands, for a doorbell that looks at the line.
     view: watch::Sender<View>,
+    /// Whether its connection reaches the server directly (so it can listen).
+    direct: bool,
     /// The row's slot of the hold it took.
     row_slot: Option<i32>,
 }
@@ -99,6 +103,7 @@ impl Postgres {
             .entry(owner.to_owned())
             .or_insert_with(|| Contender {
                 view: watch::channel(View::default()).0,
+                direct: false,
                 row_slot: None,
             });
         f(contender)
@@ -156,16 +161,25 @@ impl Postgres {
         let soonest: Option<i64> = row.try_get(3).map_err(get_err)?;
         let next: Option<bool> = row.try_get(4).map_err(get_err)?;
         let ahead: Option<i32> = row.try_get(5).map_err(get_err)?;
-        let epoch: Option<i64> = row.try_get(6).map_err(get_err)?;
-        let superseded_by: Option<String> = row.try_get(7).map_err(get_err)?;
+        let distance: Option<i64> = row.try_get(6).map_err(get_err)?;
+        let epoch: Option<i64> = row.try_get(7).map_err(get_err)?;
+        let handoff: Option<f64> = row.try_get(8).map_err(get_err)?;
+        let since_release: Option<f64> = row.try_get(9).map_err(get_err)?;
+        let superseded_by: Option<String> = row.try_get(10).map_err(get_err)?;
+        let direct: Option<bool> = row.try_get(11).map_err(get_err)?;
         let view = View {
             epoch: epoch.unwrap_or(0),
             standing: Standing {
                 next: next.unwrap_or(false),
                 ahead: ahead.unwrap_or(0),
+                distance: distance.unwrap_or(0),
             },
+            pace: Pace::from_ms(handoff, since_release),
         };
-        self.contender(&ticket.owner, |c| c.view.send_replace(view));
+        self.contender(&ticket.owner, |c| {
+            c.direct = direct.unwrap_or(false);
+            c.view.send_replace(view)
+        });
         Ok(Attempt::Waiting {
             soonest_expiry: soonest
                 .and_then(|ms| u64::try_from(ms).ok())
@@ -213,25 +227,25 @@ impl Line for Postgres {
     }
 
     async fn doorbell(&self, ticket: &Ticket<'_>) -> Result<Box<dyn Doorbell>, BackendError> {
-        let channel = schema::owner_channel(&ticket.owner);
-        match self.link.subscribe(&channel, None).await? {
-            (Subscribed::Listening(heard), _) => Ok(Box::new(Notified::new(heard))),
-            (Subscribed::Pooled, _) => {
+        let request = ticket.request;
+        let waiter = Waiter {
+            name: request.name.to_string(),
+            owner: ticket.owner.clone(),
+            limit: i32::try_from(request.limit.max(1)).unwrap_or(i32::MAX),
+            shared: request.mode == Mode::Shared,
+            supersede: request.supersede,
+        };
+        let (direct, view) = self.contender(&ticket.owner, |c| (c.direct, c.view.subscribe()));
+        let looker = Looker::new(Arc::clone(&self.link), waiter, view);
+        Ok(match direct {
+            true => Box::new(Listening::new(Arc::clone(&self.link), looker)),
+            false => {
                 crate::debug!(
-                    "connected through a pooler (the startup options did not reach the server): looking at the line instead of listening"
+                    "connected through a pooler (the startup options did not reach the server): following the line by looking, not listening"
                 );
-                let request = ticket.request;
-                let waiter = Waiter {
-                    name: request.name.to_string(),
-                    owner: ticket.owner.clone(),
-                    limit: i32::try_from(request.limit.max(1)).unwrap_or(i32::MAX),
-                    shared: request.mode == Mode::Shared,
-                    supersede: request.supersede,
-                };
-                let view = self.contender(&ticket.owner, |c| c.view.subscribe());
-                Ok(Box::new(Polled::new(Arc::clone(&self.link), waiter, view)))
+                Box::new(Looking(looker))
             }
-        }
+        })
     }
 
     fn lease(&self, ticket: &Ticket<'_>, taken: Taken, sent_at: BootInstant) -> Box<dyn Lease> {

@@ -15,6 +15,8 @@ mod inspect;
 mod lease;
 mod line;
 mod link;
+mod looker;
+mod pace;
 mod pgpass;
 mod schema;
 mod session;

@@ -36,7 +36,8 @@ pub struct Statements {
     /// Creates or migrates everything (inside that transaction, only when not current).
     pub create: String,
     /// `(name, owner, ttl_ms, limit, holder, heartbeat_ms, shared, supersede, cookie)` →
-    /// `(taken, token, row slot, soonest_ms, next_up, ahead, epoch, superseded_by)`.
+    /// `(taken, token, row slot, soonest_ms, next_up, ahead, distance, epoch, handoff_ms,
+    /// since_release_ms, superseded_by, direct)`.
     pub acquire: String,
     /// `(name, slot, owner, ttl_ms)` → a row when extended (durably).
     pub renew: String,
@@ -47,7 +48,8 @@ pub struct Statements {
     pub leave: String,
     /// `(name, legacy channel)` → the number of live holders dropped.
     pub force_release: String,
-    /// `(name, owner, cap)` → `(epoch, in_line, ahead, writer_ahead, superseded)`.
+    /// `(name, owner, cap)` → `(epoch, in_line, ahead, writer_ahead, distance, superseded,
+    /// handoff_ms, since_release_ms)`.
     pub peek: String,
     /// `(cookie, channel, name, slot, owner)` → `(listening, holds)`.
     pub subscribe: String,
@@ -75,8 +77,9 @@ impl Statements {
             schema_current: format!("SELECT to_regprocedure('{s}.{VERSION_MARK}') IS NOT NULL"),
             create: SCHEMA_SQL.replace("@S@", &s),
             acquire: format!(
-                "SELECT taken, fence, row_slot, soonest_ms, next_up, ahead, seen_epoch, \
-                 superseded_by FROM {s}.acquire_v2($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+                "SELECT taken, fence, row_slot, soonest_ms, next_up, ahead, distance, \
+                 seen_epoch, handoff_ms, since_release_ms, superseded_by, direct \
+                 FROM {s}.acquire_v2($1, $2, $3, $4, $5, $6, $7, $8, $9)"
             ),
             // set_config(..., true) lasts until the commit that follows the statement; a SET clause
             // on a function would be undone before it.
@@ -90,8 +93,8 @@ impl Statements {
             leave: format!("SELECT removed FROM {s}.leave_v2($1, $2, $3)"),
             force_release: format!("SELECT dropped FROM {s}.force_release_v2($1, $2)"),
             peek: format!(
-                "SELECT seen_epoch, in_line, ahead, writer_ahead, superseded \
-                 FROM {s}.peek_v2($1, $2, $3)"
+                "SELECT seen_epoch, in_line, ahead, writer_ahead, distance, superseded, \
+                 handoff_ms, since_release_ms FROM {s}.peek_v2($1, $2, $3)"
             ),
             subscribe: format!("SELECT listening, holds FROM {s}.subscribe_v2($1, $2, $3, $4, $5)"),
             holds: format!("SELECT 1 FROM {s}.leases WHERE name = $1 AND slot = $2 AND owner = $3"),
@@ -106,7 +109,8 @@ impl Statements {
                  FROM {s}.leases l WHERE l.name = $1 AND l.expires_at > clock_timestamp() \
                  UNION ALL \
                  SELECT 2, w.ticket, w.holder, 0::bigint, w.shared, 0::bigint \
-                 FROM {s}.waiters w WHERE w.name = $1 AND w.beat_until >= clock_timestamp()"
+                 FROM {s}.waiters w WHERE w.name = $1 AND w.beat_until >= clock_timestamp() \
+                 AND w.ticket >= coalesce((SELECT line_floor FROM {s}.names WHERE name = $1), 0)"
             ),
             held_names: format!(
                 "SELECT DISTINCT name FROM {s}.leases \

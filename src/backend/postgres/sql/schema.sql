@@ -7,18 +7,24 @@
 -- Every change to a name's holders or line (a take, a release, leaving, a forced release) locks
 -- the name's row in `names` first, so they happen one at a time, and each later statement of the
 -- function sees whatever committed before it (READ COMMITTED: a fresh snapshot per statement).
--- A waiter far back in line only refreshes its heartbeat, without that lock.
+-- A waiter that a release would not wake only refreshes its heartbeat, without that lock.
+--
+-- Cost per handoff does not grow with the line: every scan of the line starts at the name's
+-- `line_floor` (a ticket at or below every waiter's, moved up under the lock as the head of the
+-- line leaves, so the entries of departed waiters are never walked again) and stops after a
+-- bounded number of rows.
 --
 -- Wake-ups: a waiter that reached the server directly records a channel, `lockrun_<owner>`, and
 -- LISTENs there; a release NOTIFYs only the waiters whose turn it may be (the first `max_limit`
 -- of the line, or the run of shared waiters at its head), and `release --force` NOTIFYs each
 -- holder on the same per-owner channel. A waiter behind a transaction pooler (PgBouncer), where
--- LISTEN cannot work, records no channel and polls `peek_v2`; `epoch` counts every change that
--- may make it someone's turn. A version 1 waiter (an older lockrun) records '' and is woken on
--- the name's own channel, which version 1 listens to.
+-- LISTEN cannot work, records no channel and polls `peek_v2`, paced by `epoch` (every change
+-- that may make it someone's turn) and the line's recent pace. A version 1 waiter (an older
+-- lockrun) records '' and is woken on the name's own channel, which version 1 listens to.
 --
 -- Tokens are floored by the server's clock in microseconds, so they keep rising even after a
 -- failover to a replica that lost the last increments (unless its clock is behind).
+
 CREATE SCHEMA IF NOT EXISTS @S@;
 
 CREATE TABLE IF NOT EXISTS @S@.names (
@@ -29,9 +35,14 @@ CREATE TABLE IF NOT EXISTS @S@.names (
 );
 ALTER TABLE @S@.names
     ADD COLUMN IF NOT EXISTS epoch bigint NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS line_floor bigint NOT NULL DEFAULT 0,
     ADD COLUMN IF NOT EXISTS newest_supersede bigint NOT NULL DEFAULT 0,
     ADD COLUMN IF NOT EXISTS supersede_by text NOT NULL DEFAULT '',
-    ADD COLUMN IF NOT EXISTS last_run_us bigint;
+    ADD COLUMN IF NOT EXISTS last_run_us bigint,
+    ADD COLUMN IF NOT EXISTS released_at timestamptz,
+    ADD COLUMN IF NOT EXISTS taken_at timestamptz,
+    ADD COLUMN IF NOT EXISTS last_handoff_ms double precision,
+    ADD COLUMN IF NOT EXISTS prev_handoff_ms double precision;
 
 -- Exclusive holders use slots 0 .. limit-1; shared holders negative slots, one each.
 CREATE TABLE IF NOT EXISTS @S@.leases (
@@ -81,49 +92,100 @@ DROP TRIGGER IF EXISTS modes_v2 ON @S@.leases;
 CREATE TRIGGER modes_v2 BEFORE INSERT ON @S@.leases
     FOR EACH ROW EXECUTE FUNCTION @S@.modes_v2();
 
--- Where a waiter with ticket P_TICKET stands: how many live waiters are ahead of it (counted up
--- to P_CAP), and whether a live exclusive waiter is among them. Both scans start at the head of
--- the line and stop early: O(P_CAP), whatever the line's length.
-CREATE OR REPLACE FUNCTION @S@.place_v2(p_name text, p_ticket bigint, p_cap integer,
-    OUT ahead integer, OUT writer_ahead boolean)
+-- Where a waiter with ticket P_TICKET stands, scanning from the line's floor P_FLOOR: how many
+-- live waiters are ahead of it (counted up to P_CAP), whether a live exclusive waiter is among
+-- them, and how many tickets separate it from the first live waiter (more than the waiters
+-- ahead when some left). Each scan stops early: O(P_CAP), whatever the line's length.
+CREATE OR REPLACE FUNCTION @S@.place_v2(p_name text, p_floor bigint, p_ticket bigint,
+    p_cap integer, OUT ahead integer, OUT writer_ahead boolean, OUT distance bigint)
 LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT (SELECT count(*)::integer FROM (SELECT 1 FROM @S@.waiters w
-                WHERE w.name = p_name AND w.ticket < p_ticket
+                WHERE w.name = p_name AND w.ticket >= p_floor AND w.ticket < p_ticket
                 AND w.beat_until >= clock_timestamp()
                 ORDER BY w.ticket LIMIT p_cap) a),
            EXISTS (SELECT 1 FROM @S@.waiters w
-                WHERE w.name = p_name AND NOT w.shared AND w.ticket < p_ticket
-                AND w.beat_until >= clock_timestamp())
+                WHERE w.name = p_name AND NOT w.shared
+                AND w.ticket >= p_floor AND w.ticket < p_ticket
+                AND w.beat_until >= clock_timestamp()),
+           greatest(0, p_ticket - (SELECT w.ticket FROM @S@.waiters w
+                WHERE w.name = p_name AND w.ticket >= p_floor
+                AND w.beat_until >= clock_timestamp()
+                ORDER BY w.ticket LIMIT 1))
+$fn$;
+
+-- Moves the line's floor up to its first waiter, removing waiters at the head whose heartbeat
+-- lapsed on the way (a lapsed waiter further back is skipped by every count, and removed once it
+-- reaches the head). Returns the new floor. The caller holds the name's row lock.
+CREATE OR REPLACE FUNCTION @S@.advance_v2(p_name text) RETURNS bigint
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+    v_floor bigint;
+    v_arrivals bigint;
+    v_head bigint;
+BEGIN
+    SELECT n.line_floor, n.arrivals INTO v_floor, v_arrivals
+        FROM @S@.names n WHERE n.name = p_name;
+    DELETE FROM @S@.waiters w WHERE w.name = p_name AND w.beat_until < clock_timestamp()
+        AND w.owner IN (SELECT h.owner FROM @S@.waiters h
+                        WHERE h.name = p_name AND h.ticket >= v_floor
+                        ORDER BY h.ticket LIMIT 32);
+    SELECT w.ticket INTO v_head FROM @S@.waiters w
+        WHERE w.name = p_name AND w.ticket >= v_floor ORDER BY w.ticket LIMIT 1;
+    v_head := coalesce(v_head, v_arrivals + 1);
+    IF v_head > v_floor THEN
+        UPDATE @S@.names n SET line_floor = v_head WHERE n.name = p_name;
+    END IF;
+    RETURN v_head;
+END
 $fn$;
 
 -- Wakes the waiters whose turn it may now be, never the whole line: the run of shared waiters at
--- the head, or else the first max_limit waiters; and counts the change in `epoch` for the
--- waiters that poll. The caller holds the name's row lock.
+-- the head, or else the first max_limit waiters; and, for the waiters that poll, counts the
+-- change in `epoch` and keeps the pace of the line: how long the line took to move one place,
+-- from the last take (or release) to this release, the last two times. The caller holds the
+-- name's row lock.
 CREATE OR REPLACE FUNCTION @S@.wake_v2(p_name text, p_legacy text) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
     v_limit integer;
+    v_from bigint;
     v_head_shared boolean;
     v_rung integer := 0;
+    v_batch integer;
     v_legacy_rung boolean := false;
     w record;
 BEGIN
-    UPDATE @S@.names n SET epoch = n.epoch + 1 WHERE n.name = p_name
+    UPDATE @S@.names n SET epoch = n.epoch + 1,
+            prev_handoff_ms = n.last_handoff_ms,
+            last_handoff_ms = extract(epoch FROM clock_timestamp()
+                                      - greatest(n.released_at, n.taken_at)) * 1000,
+            released_at = clock_timestamp()
+        WHERE n.name = p_name
         RETURNING n.max_limit INTO v_limit;
-    FOR w IN SELECT q.shared, q.channel FROM @S@.waiters q
-             WHERE q.name = p_name AND q.beat_until >= clock_timestamp() ORDER BY q.ticket LOOP
-        v_head_shared := coalesce(v_head_shared, w.shared);
-        EXIT WHEN (v_head_shared AND NOT w.shared)
-               OR (NOT v_head_shared AND v_rung >= greatest(v_limit, 1));
-        IF w.channel = '' THEN
-            IF NOT v_legacy_rung THEN
-                PERFORM pg_notify(p_legacy, p_name);
-                v_legacy_rung := true;
+    v_from := @S@.advance_v2(p_name);
+    <<batches>>
+    LOOP
+        v_batch := 0;
+        FOR w IN SELECT q.ticket, q.shared, q.channel FROM @S@.waiters q
+                 WHERE q.name = p_name AND q.ticket >= v_from
+                 AND q.beat_until >= clock_timestamp()
+                 ORDER BY q.ticket LIMIT 64 LOOP
+            v_batch := v_batch + 1;
+            v_from := w.ticket + 1;
+            v_head_shared := coalesce(v_head_shared, w.shared);
+            EXIT batches WHEN (v_head_shared AND NOT w.shared)
+                           OR (NOT v_head_shared AND v_rung >= greatest(v_limit, 1));
+            IF w.channel = '' THEN
+                IF NOT v_legacy_rung THEN
+                    PERFORM pg_notify(p_legacy, p_name);
+                    v_legacy_rung := true;
+                END IF;
+            ELSIF w.channel IS NOT NULL THEN
+                PERFORM pg_notify(w.channel, 'turn');
             END IF;
-        ELSIF w.channel IS NOT NULL THEN
-            PERFORM pg_notify(w.channel, 'turn');
-        END IF;
-        v_rung := v_rung + 1;
+            v_rung := v_rung + 1;
+        END LOOP;
+        EXIT WHEN v_batch < 64;
     END LOOP;
 END
 $fn$;
@@ -137,22 +199,27 @@ $fn$;
 -- P_COOKIE: the connection's own `lockrun.session` setting, present only when the connection
 -- reached the server directly (a pooler drops startup options); '' for a version 1 caller.
 -- Returns `taken` with `fence` (the token) and `row_slot`; otherwise `next_up` (whether a release
--- would wake it), `ahead` (live waiters ahead, up to P_LIMIT + 4), `soonest_ms` (for next_up
--- waiters: the shortest lease left) and `seen_epoch`.
+-- would wake it), where it stands (`ahead`: live waiters ahead, up to P_LIMIT + 8; `distance`:
+-- tickets from the head), `soonest_ms` (for next_up waiters: the shortest lease left), and for
+-- waiters that poll the name's `seen_epoch` and the line's pace (`handoff_ms`: the shorter of
+-- the last two times the line took to move one place, once there are two; `since_release_ms`),
+-- and whether the caller's connection reached the server directly (`direct`: it can LISTEN).
 CREATE OR REPLACE FUNCTION @S@.acquire_v2(
     p_name text, p_owner text, p_ttl_ms bigint, p_limit integer, p_holder text,
     p_heartbeat_ms bigint, p_shared boolean, p_supersede boolean, p_cookie text,
     OUT taken boolean, OUT fence bigint, OUT row_slot integer, OUT soonest_ms bigint,
-    OUT next_up boolean, OUT ahead integer, OUT seen_epoch bigint, OUT superseded_by text)
+    OUT next_up boolean, OUT ahead integer, OUT distance bigint, OUT seen_epoch bigint,
+    OUT handoff_ms double precision, OUT since_release_ms double precision,
+    OUT superseded_by text, OUT direct boolean)
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
-    v_cap constant integer := p_limit + 4;
+    v_cap constant integer := p_limit + 8;
     v_beat constant interval := p_heartbeat_ms * interval '1 millisecond';
     v_now timestamptz := clock_timestamp();
+    v_names record;
     v_ticket bigint;
     v_live boolean;
     v_in_line boolean;
-    v_names record;
     v_writer_ahead boolean;
     v_free integer[];
     v_can boolean;
@@ -160,19 +227,25 @@ DECLARE
     v_slot integer;
 BEGIN
     taken := false;
+    direct := coalesce(current_setting('lockrun.session', true) = p_cookie, false);
     -- A waiter that a release would not wake only renews its heartbeat, without the name's
     -- lock: a long line's heartbeats never queue behind a handoff, nor hold one up.
     SELECT w.ticket INTO v_ticket FROM @S@.waiters w
         WHERE w.name = p_name AND w.owner = p_owner AND w.beat_until >= v_now;
     IF FOUND THEN
-        SELECT pl.ahead, pl.writer_ahead INTO ahead, v_writer_ahead
-            FROM @S@.place_v2(p_name, v_ticket, v_cap) pl;
+        SELECT * INTO v_names FROM @S@.names n WHERE n.name = p_name;
+        SELECT pl.ahead, pl.writer_ahead, pl.distance INTO ahead, v_writer_ahead, distance
+            FROM @S@.place_v2(p_name, v_names.line_floor, v_ticket, v_cap) pl;
         next_up := CASE WHEN p_shared THEN NOT v_writer_ahead ELSE ahead < p_limit END;
         IF NOT next_up THEN
-            SELECT n.epoch,
-                   CASE WHEN p_supersede AND n.newest_supersede > v_ticket THEN n.supersede_by END
-                INTO seen_epoch, superseded_by FROM @S@.names n WHERE n.name = p_name;
-            IF superseded_by IS NULL THEN
+            seen_epoch := v_names.epoch;
+            handoff_ms := CASE WHEN v_names.prev_handoff_ms IS NOT NULL
+                          THEN least(v_names.prev_handoff_ms, v_names.last_handoff_ms) END;
+            since_release_ms := extract(epoch FROM clock_timestamp() - v_names.released_at)
+                                * 1000;
+            IF p_supersede AND v_names.newest_supersede > v_ticket THEN
+                superseded_by := v_names.supersede_by;
+            ELSE
                 UPDATE @S@.waiters w SET beat_until = v_now + v_beat
                     WHERE w.name = p_name AND w.owner = p_owner;
             END IF;
@@ -181,26 +254,22 @@ BEGIN
     END IF;
 
     -- Tries on one name run one at a time from here.
-    SELECT n.token, n.max_limit, n.epoch, n.arrivals, n.newest_supersede, n.supersede_by
-        INTO v_names FROM @S@.names n WHERE n.name = p_name FOR UPDATE;
+    SELECT * INTO v_names FROM @S@.names n WHERE n.name = p_name FOR UPDATE;
     IF NOT FOUND THEN
         INSERT INTO @S@.names AS n (name, max_limit) VALUES (p_name, p_limit)
             ON CONFLICT (name) DO NOTHING;
-        SELECT n.token, n.max_limit, n.epoch, n.arrivals, n.newest_supersede, n.supersede_by
-            INTO v_names FROM @S@.names n WHERE n.name = p_name FOR UPDATE;
+        SELECT * INTO v_names FROM @S@.names n WHERE n.name = p_name FOR UPDATE;
     END IF;
     IF p_limit > v_names.max_limit THEN
         UPDATE @S@.names n SET max_limit = p_limit WHERE n.name = p_name;
     END IF;
     seen_epoch := v_names.epoch;
+    handoff_ms := CASE WHEN v_names.prev_handoff_ms IS NOT NULL
+                  THEN least(v_names.prev_handoff_ms, v_names.last_handoff_ms) END;
+    since_release_ms := extract(epoch FROM clock_timestamp() - v_names.released_at) * 1000;
     v_now := clock_timestamp();
-    -- Leases that ran out are gone; so are waiters at the head of the line whose heartbeat
-    -- lapsed (a lapsed waiter further back is skipped by every count, and removed once it
-    -- reaches the head).
+    -- Leases that ran out are gone.
     DELETE FROM @S@.leases l WHERE l.name = p_name AND l.expires_at <= v_now;
-    DELETE FROM @S@.waiters w WHERE w.name = p_name AND w.beat_until < v_now
-        AND w.owner IN (SELECT h.owner FROM @S@.waiters h WHERE h.name = p_name
-                        ORDER BY h.ticket LIMIT 32);
     SELECT w.ticket, w.beat_until >= v_now INTO v_ticket, v_live FROM @S@.waiters w
         WHERE w.name = p_name AND w.owner = p_owner;
     v_in_line := FOUND AND v_live;
@@ -217,8 +286,9 @@ BEGIN
         RETURN;
     END IF;
 
-    SELECT pl.ahead, pl.writer_ahead INTO ahead, v_writer_ahead
-        FROM @S@.place_v2(p_name, coalesce(v_ticket, 9223372036854775807), v_cap) pl;
+    SELECT pl.ahead, pl.writer_ahead, pl.distance INTO ahead, v_writer_ahead, distance
+        FROM @S@.place_v2(p_name, v_names.line_floor,
+                          coalesce(v_ticket, 9223372036854775807), v_cap) pl;
     IF p_shared THEN
         v_can := NOT v_writer_ahead
             AND NOT EXISTS (SELECT 1 FROM @S@.leases l WHERE l.name = p_name AND NOT l.shared);
@@ -247,10 +317,16 @@ BEGIN
             ON CONFLICT (name, slot) DO NOTHING;
         IF FOUND THEN
             -- Durable before the answer leaves, whatever the server's default: a crash must
-            -- not take the counter back below a token already handed out.
+            -- not take the counter back below a token already handed out. (A SET clause on
+            -- the function would be undone before the commit; set_config(.., true) lasts
+            -- until it.)
             PERFORM set_config('synchronous_commit', 'on', true);
-            UPDATE @S@.names n SET token = v_token WHERE n.name = p_name;
-            DELETE FROM @S@.waiters w WHERE w.name = p_name AND w.owner = p_owner;
+            UPDATE @S@.names n SET token = v_token, taken_at = clock_timestamp()
+                WHERE n.name = p_name;
+            IF v_in_line THEN
+                DELETE FROM @S@.waiters w WHERE w.name = p_name AND w.owner = p_owner;
+                PERFORM @S@.advance_v2(p_name);
+            END IF;
             taken := true;
             fence := v_token;
             row_slot := v_slot;
@@ -266,13 +342,12 @@ BEGIN
                 VALUES (p_name, p_owner, v_ticket, v_now + v_beat, p_shared, p_supersede,
                         p_holder,
                         CASE WHEN p_cookie = '' THEN ''
-                             WHEN current_setting('lockrun.session', true) = p_cookie
-                             THEN 'lockrun_' || p_owner END);
+                             WHEN direct THEN 'lockrun_' || p_owner END);
             IF p_supersede THEN
                 -- Every older --supersede waiter gives up: tell each.
                 PERFORM pg_notify(w.channel, 'superseded') FROM @S@.waiters w
                     WHERE w.name = p_name AND w.supersede AND w.ticket < v_ticket
-                    AND w.channel <> '';
+                    AND w.ticket >= v_names.line_floor AND w.channel <> '';
                 UPDATE @S@.names n SET arrivals = v_ticket, newest_supersede = v_ticket,
                     supersede_by = p_holder WHERE n.name = p_name;
             ELSE
@@ -372,26 +447,31 @@ BEGIN
 END
 $fn$;
 
--- What a waiter behind a pooler polls (read-only): the name's epoch, whether the waiter is still
--- in line, where it stands, and whether a newer --supersede waiter replaced it.
+-- What a waiter behind a pooler polls (read-only): the name's epoch and pace (as acquire_v2
+-- returns them), whether the waiter is still in line, where it stands, and whether a newer
+-- --supersede waiter replaced it.
 CREATE OR REPLACE FUNCTION @S@.peek_v2(p_name text, p_owner text, p_cap integer,
     OUT seen_epoch bigint, OUT in_line boolean, OUT ahead integer, OUT writer_ahead boolean,
-    OUT superseded boolean)
+    OUT distance bigint, OUT superseded boolean, OUT handoff_ms double precision,
+    OUT since_release_ms double precision)
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
+    v_names record;
     v_ticket bigint;
     v_supersede boolean;
-    v_newest bigint;
 BEGIN
-    SELECT n.epoch, n.newest_supersede INTO seen_epoch, v_newest
-        FROM @S@.names n WHERE n.name = p_name;
+    SELECT * INTO v_names FROM @S@.names n WHERE n.name = p_name;
+    seen_epoch := v_names.epoch;
+    handoff_ms := CASE WHEN v_names.prev_handoff_ms IS NOT NULL
+                  THEN least(v_names.prev_handoff_ms, v_names.last_handoff_ms) END;
+    since_release_ms := extract(epoch FROM clock_timestamp() - v_names.released_at) * 1000;
     SELECT w.ticket, w.supersede INTO v_ticket, v_supersede FROM @S@.waiters w
         WHERE w.name = p_name AND w.owner = p_owner AND w.beat_until >= clock_timestamp();
     in_line := FOUND;
-    superseded := in_line AND v_supersede AND v_newest > v_ticket;
+    superseded := in_line AND v_supersede AND v_names.newest_supersede > v_ticket;
     IF in_line THEN
-        SELECT pl.ahead, pl.writer_ahead INTO ahead, writer_ahead
-            FROM @S@.place_v2(p_name, v_ticket, p_cap) pl;
+        SELECT pl.ahead, pl.writer_ahead, pl.distance INTO ahead, writer_ahead, distance
+            FROM @S@.place_v2(p_name, v_names.line_floor, v_ticket, p_cap) pl;
     END IF;
 END
 $fn$;
