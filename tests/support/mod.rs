@@ -5,6 +5,7 @@
 #![allow(dead_code)] // each test binary uses a different subset
 
 pub mod etcd_cluster;
+pub mod pgbouncer;
 pub mod postgres_server;
 pub mod proxy;
 pub mod redis_server;
