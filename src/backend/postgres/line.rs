@@ -123,7 +123,7 @@ impl Postgres {
         let cookie = self.link.cookie();
         let rows = self
             .link
-            .query(
+            .query_often(
                 REQUEST_TIMEOUT,
                 &self.link.sql().acquire,
                 &[
@@ -143,6 +143,10 @@ impl Postgres {
         let row = rows.first().ok_or_else(unexpected)?;
         let get_err = |_| unexpected();
         let taken: Option<bool> = row.try_get(0).map_err(get_err)?;
+        let direct: Option<bool> = row.try_get(11).map_err(get_err)?;
+        if direct == Some(true) {
+            self.link.note_direct();
+        }
         if taken == Some(true) {
             let token: Option<i64> = row.try_get(1).map_err(get_err)?;
             let row_slot: Option<i32> = row.try_get(2).map_err(get_err)?;
@@ -166,7 +170,6 @@ impl Postgres {
         let handoff: Option<f64> = row.try_get(8).map_err(get_err)?;
         let since_release: Option<f64> = row.try_get(9).map_err(get_err)?;
         let superseded_by: Option<String> = row.try_get(10).map_err(get_err)?;
-        let direct: Option<bool> = row.try_get(11).map_err(get_err)?;
         let view = View {
             epoch: epoch.unwrap_or(0),
             standing: Standing {

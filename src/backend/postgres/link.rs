@@ -19,6 +19,7 @@
 //! [`super::schema`]) and tries once more. Messages name the endpoint as `host:port` and never
 //! carry the password.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -54,6 +55,9 @@ pub struct Link {
     sql: Statements,
     tls: Option<MakeRustlsConnect>,
     current: Mutex<Option<Arc<Session>>>,
+    /// Whether the connection reaches the server directly (no pooler in between), as the
+    /// server-side functions found: then statements sent often are prepared once.
+    direct: AtomicBool,
     /// Held while a connection is being opened, so there is never a second one.
     connecting: tokio::sync::Mutex<()>,
 }
@@ -90,6 +94,7 @@ impl Link {
             cookie,
             tls,
             current: Mutex::new(None),
+            direct: AtomicBool::new(false),
             connecting: tokio::sync::Mutex::new(()),
         };
         match tokio::time::timeout(CONNECT_TIMEOUT, link.session()).await {
@@ -134,6 +139,11 @@ impl Link {
         &self.sql
     }
 
+    /// Records that the connection reaches the server directly (see [`Link::query_often`]).
+    pub fn note_direct(&self) {
+        self.direct.store(true, Ordering::Relaxed);
+    }
+
     /// Runs one statement, giving up after `limit`; creates or migrates the schema first if it
     /// is missing or out of date.
     pub async fn query(
@@ -142,9 +152,32 @@ impl Link {
         sql: &str,
         params: &Params<'_>,
     ) -> Result<Vec<Row>, Failure> {
+        self.query_as(limit, sql, params, false).await
+    }
+
+    /// [`Link::query`] for a statement sent over and over (a waiter's tries and looks, a
+    /// holder's renewals): prepared once per connection where the connection reaches the server
+    /// directly, which spares the server parsing and planning it every time.
+    pub async fn query_often(
+        &self,
+        limit: Duration,
+        sql: &str,
+        params: &Params<'_>,
+    ) -> Result<Vec<Row>, Failure> {
+        let prepared = self.direct.load(Ordering::Relaxed);
+        self.query_as(limit, sql, params, prepared).await
+    }
+
+    async fn query_as(
+        &self,
+        limit: Duration,
+        sql: &str,
+        params: &Params<'_>,
+        prepared: bool,
+    ) -> Result<Vec<Row>, Failure> {
         let work = async {
             let session = self.session().await.map_err(|e| self.failed(&e))?;
-            self.run(&session, sql, params).await
+            self.run(&session, sql, params, prepared).await
         };
         match tokio::time::timeout(limit, work).await {
             Ok(result) => result,
@@ -180,6 +213,7 @@ impl Link {
                         (&slot, Type::INT4),
                         (&owner, Type::TEXT),
                     ],
+                    false,
                 )
                 .await?;
             let row = rows.first().ok_or_else(|| self.unexpected("subscribe"))?;
@@ -217,13 +251,14 @@ impl Link {
         session: &Arc<Session>,
         sql: &str,
         params: &Params<'_>,
+        prepared: bool,
     ) -> Result<Vec<Row>, Failure> {
-        let result = match self.run_once(session, sql, params).await {
+        let result = match self.run_once(session, sql, params, prepared).await {
             Err(e) if is_missing_schema(&e) => {
                 self.create_schema(session)
                     .await
                     .map_err(|e| self.failed(&e))?;
-                self.run_once(session, sql, params).await
+                self.run_once(session, sql, params, prepared).await
             }
             other => other,
         };
@@ -235,13 +270,17 @@ impl Link {
         session: &Arc<Session>,
         sql: &str,
         params: &Params<'_>,
+        prepared: bool,
     ) -> Result<Vec<Row>, tokio_postgres::Error> {
         let mut guard = DiscardUnlessDone {
             link: self,
             session,
             done: false,
         };
-        let result = session.client.query_typed(sql, params).await;
+        let result = match prepared {
+            true => session.query_prepared(sql, params).await,
+            false => session.client.query_typed(sql, params).await,
+        };
         guard.done = result
             .as_ref()
             .map_or_else(|e| e.as_db_error().is_some(), |_| true);
@@ -259,18 +298,31 @@ impl Link {
         };
         // A failure inside leaves the transaction open or aborted: the connection goes.
         let client = &session.client;
+        // Another lockrun made it meanwhile (many start at once on a new database): nothing to
+        // wait for.
+        if self.schema_is_current(client).await? {
+            guard.done = true;
+            return Ok(());
+        }
         client.batch_execute(&self.sql.lock_schema).await?;
-        let current = client.simple_query(&self.sql.schema_current).await?;
-        let current = current.iter().any(
-            |message| matches!(message, SimpleQueryMessage::Row(row) if row.get(0) == Some("t")),
-        );
-        if !current {
+        if !self.schema_is_current(client).await? {
             crate::debug!("creating or upgrading the schema {:?}", self.schema());
             client.batch_execute(&self.sql.create).await?;
         }
         client.batch_execute("COMMIT").await?;
         guard.done = true;
         Ok(())
+    }
+
+    /// Whether the schema is at this version already.
+    async fn schema_is_current(
+        &self,
+        client: &tokio_postgres::Client,
+    ) -> Result<bool, tokio_postgres::Error> {
+        let answer = client.simple_query(&self.sql.schema_current).await?;
+        Ok(answer.iter().any(
+            |message| matches!(message, SimpleQueryMessage::Row(row) if row.get(0) == Some("t")),
+        ))
     }
 
     /// The connection, opening one if there is none (one at a time).

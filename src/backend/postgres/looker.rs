@@ -147,7 +147,7 @@ impl Looker {
         let (limit, shared) = (self.waiter.limit, self.waiter.shared);
         tokio::spawn(async move {
             let rows = link
-                .query(
+                .query_often(
                     REQUEST_TIMEOUT,
                     &link.sql().peek,
                     &[

@@ -23,7 +23,7 @@
 const SCHEMA_SQL: &str = include_str!("sql/schema.sql");
 
 /// A function that exists once the schema is at this version (the DDL is one transaction).
-const VERSION_MARK: &str = "acquire_v2(text,text,bigint,integer,text,bigint,boolean,boolean,text)";
+const VERSION_MARK: &str = "acquire_v2";
 
 /// The SQL of each operation, for one schema.
 #[derive(Clone, Debug)]
@@ -74,7 +74,14 @@ impl Statements {
                 "BEGIN; SELECT pg_advisory_xact_lock({})",
                 advisory_key(schema)
             ),
-            schema_current: format!("SELECT to_regprocedure('{s}.{VERSION_MARK}') IS NOT NULL"),
+            // A query of the catalog, read with the statement's own snapshot: to_regprocedure()
+            // would answer from this connection's catalog cache, which is not refreshed after
+            // waiting for the advisory lock, and so could miss a schema made meanwhile.
+            schema_current: format!(
+                "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_proc p \
+                 JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace \
+                 WHERE n.nspname = '{schema}' AND p.proname = '{VERSION_MARK}')"
+            ),
             create: SCHEMA_SQL.replace("@S@", &s),
             acquire: format!(
                 "SELECT taken, fence, row_slot, soonest_ms, next_up, ahead, distance, \
@@ -169,7 +176,7 @@ mod tests {
         assert!(sql.renew.contains("\"locks\".leases"));
         assert!(sql.create.contains("CREATE SCHEMA IF NOT EXISTS \"locks\""));
         assert!(!sql.create.contains("@S@"));
-        assert!(sql.schema_current.contains("'\"locks\".acquire_v2("));
+        assert!(sql.schema_current.contains("nspname = 'locks'"));
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! [`Session`]: one open connection — its client, the task that drives its socket, and the
-//! [`Inbox`] where that task files the notifications the connection receives, by channel, for
+//! [`Session`]: one open connection — its client, the statements prepared on it, the task that
+//! drives its socket, and the [`Inbox`] where that task files the notifications the connection receives, by channel, for
 //! whoever subscribed (a waiter's doorbell, a holder's revocation listener). A lockrun has one
 //! connection at a time, so `LISTEN` happens on the same connection as everything else and the
 //! inbox fans its notifications out. When the connection ends, the inbox closes: every subscriber
@@ -11,7 +11,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
-use tokio_postgres::{AsyncMessage, Client, Config, Connection, NoTls};
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::{AsyncMessage, Client, Config, Connection, NoTls, Row, Statement};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 /// The payload `release --force` sends a holder.
@@ -21,6 +22,8 @@ const REVOKED: &str = "revoked";
 pub struct Session {
     pub client: Client,
     pub inbox: Arc<Inbox>,
+    /// Statements prepared on this connection, by their SQL.
+    prepared: Mutex<HashMap<String, Statement>>,
     driver: AbortHandle,
 }
 
@@ -44,8 +47,39 @@ impl Session {
         Ok(Session {
             client,
             inbox,
+            prepared: Mutex::new(HashMap::new()),
             driver,
         })
+    }
+
+    /// Runs `sql` as a statement prepared once on this connection (only where nothing sits
+    /// between lockrun and the server: a transaction pooler would hand the next request to
+    /// another server connection, which never saw the statement).
+    pub async fn query_prepared(
+        &self,
+        sql: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> Result<Vec<Row>, tokio_postgres::Error> {
+        let known = self
+            .prepared
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(sql)
+            .cloned();
+        let statement = match known {
+            Some(statement) => statement,
+            None => {
+                let types: Vec<Type> = params.iter().map(|(_, t)| t.clone()).collect();
+                let statement = self.client.prepare_typed(sql, &types).await?;
+                self.prepared
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert(sql.to_owned(), statement.clone());
+                statement
+            }
+        };
+        let values: Vec<&(dyn ToSql + Sync)> = params.iter().map(|(v, _)| *v).collect();
+        self.client.query(&statement, &values).await
     }
 }
 

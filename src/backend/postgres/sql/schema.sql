@@ -24,6 +24,11 @@
 --
 -- Tokens are floored by the server's clock in microseconds, so they keep rising even after a
 -- failover to a replica that lost the last increments (unless its clock is behind).
+--
+-- The functions run with their caller's rights and have no `SET search_path` clause (entering
+-- and leaving one costs a fifth of a millisecond per call, more than a heartbeat's own work):
+-- every table is schema-qualified, and built-in functions and operators resolve from
+-- pg_catalog, which is searched first unless a session deliberately lists it later.
 
 CREATE SCHEMA IF NOT EXISTS @S@;
 
@@ -79,7 +84,7 @@ CREATE INDEX IF NOT EXISTS waiters_superseding ON @S@.waiters (name, ticket) WHE
 -- one-statement fast path included): the check runs with a snapshot taken now, after any taker
 -- that held the name's row lock committed, and skips the insert.
 CREATE OR REPLACE FUNCTION @S@.modes_v2() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
+LANGUAGE plpgsql AS $fn$
 BEGIN
     IF EXISTS (SELECT 1 FROM @S@.leases l WHERE l.name = NEW.name AND l.shared <> NEW.shared
                AND l.expires_at > clock_timestamp()) THEN
@@ -96,28 +101,33 @@ CREATE TRIGGER modes_v2 BEFORE INSERT ON @S@.leases
 -- live waiters are ahead of it (counted up to P_CAP), whether a live exclusive waiter is among
 -- them, and how many tickets separate it from the first live waiter (more than the waiters
 -- ahead when some left). Each scan stops early: O(P_CAP), whatever the line's length.
+-- (The helpers are PL/pgSQL, whose plans are kept for the session: a SQL function that cannot
+-- be inlined is planned again on every call.)
 CREATE OR REPLACE FUNCTION @S@.place_v2(p_name text, p_floor bigint, p_ticket bigint,
     p_cap integer, OUT ahead integer, OUT writer_ahead boolean, OUT distance bigint)
-LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
-    SELECT (SELECT count(*)::integer FROM (SELECT 1 FROM @S@.waiters w
-                WHERE w.name = p_name AND w.ticket >= p_floor AND w.ticket < p_ticket
-                AND w.beat_until >= clock_timestamp()
-                ORDER BY w.ticket LIMIT p_cap) a),
-           EXISTS (SELECT 1 FROM @S@.waiters w
-                WHERE w.name = p_name AND NOT w.shared
-                AND w.ticket >= p_floor AND w.ticket < p_ticket
-                AND w.beat_until >= clock_timestamp()),
-           greatest(0, p_ticket - (SELECT w.ticket FROM @S@.waiters w
-                WHERE w.name = p_name AND w.ticket >= p_floor
-                AND w.beat_until >= clock_timestamp()
-                ORDER BY w.ticket LIMIT 1))
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_head bigint;
+BEGIN
+    SELECT count(*)::integer INTO ahead FROM (SELECT 1 FROM @S@.waiters w
+        WHERE w.name = p_name AND w.ticket >= p_floor AND w.ticket < p_ticket
+        AND w.beat_until >= clock_timestamp()
+        ORDER BY w.ticket LIMIT p_cap) a;
+    writer_ahead := EXISTS (SELECT 1 FROM @S@.waiters w
+        WHERE w.name = p_name AND NOT w.shared AND w.ticket >= p_floor AND w.ticket < p_ticket
+        AND w.beat_until >= clock_timestamp());
+    SELECT w.ticket INTO v_head FROM @S@.waiters w
+        WHERE w.name = p_name AND w.ticket >= p_floor AND w.beat_until >= clock_timestamp()
+        ORDER BY w.ticket LIMIT 1;
+    distance := greatest(0, p_ticket - v_head);
+END
 $fn$;
 
 -- Moves the line's floor up to its first waiter, removing waiters at the head whose heartbeat
 -- lapsed on the way (a lapsed waiter further back is skipped by every count, and removed once it
 -- reaches the head). Returns the new floor. The caller holds the name's row lock.
 CREATE OR REPLACE FUNCTION @S@.advance_v2(p_name text) RETURNS bigint
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
+LANGUAGE plpgsql AS $fn$
 DECLARE
     v_floor bigint;
     v_arrivals bigint;
@@ -145,7 +155,7 @@ $fn$;
 -- from the last take (or release) to this release, the last two times. The caller holds the
 -- name's row lock.
 CREATE OR REPLACE FUNCTION @S@.wake_v2(p_name text, p_legacy text) RETURNS void
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
+LANGUAGE plpgsql AS $fn$
 DECLARE
     v_limit integer;
     v_from bigint;
@@ -211,7 +221,7 @@ CREATE OR REPLACE FUNCTION @S@.acquire_v2(
     OUT next_up boolean, OUT ahead integer, OUT distance bigint, OUT seen_epoch bigint,
     OUT handoff_ms double precision, OUT since_release_ms double precision,
     OUT superseded_by text, OUT direct boolean)
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
+LANGUAGE plpgsql AS $fn$
 DECLARE
     v_cap constant integer := p_limit + 8;
     v_beat constant interval := p_heartbeat_ms * interval '1 millisecond';
@@ -375,7 +385,7 @@ CREATE OR REPLACE FUNCTION @S@.acquire_v1(
     p_heartbeat_ms bigint,
     OUT taken boolean, OUT token bigint, OUT slot integer, OUT place bigint,
     OUT soonest_ms bigint)
-LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
+LANGUAGE sql AS $fn$
     SELECT a.taken, a.fence, a.row_slot,
            CASE WHEN a.taken THEN 0 WHEN p_heartbeat_ms > 0 THEN a.ahead ELSE -1 END::bigint,
            a.soonest_ms
@@ -387,7 +397,7 @@ $fn$;
 -- the last shared holder is gone).
 CREATE OR REPLACE FUNCTION @S@.release_v2(p_name text, p_slot integer, p_owner text,
     p_legacy text, OUT released boolean)
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
+LANGUAGE plpgsql AS $fn$
 DECLARE
     v_shared boolean;
 BEGIN
@@ -406,7 +416,7 @@ $fn$;
 -- may have been lost), then wakes whoever is next.
 CREATE OR REPLACE FUNCTION @S@.leave_v2(p_name text, p_owner text, p_legacy text,
     OUT removed integer)
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
+LANGUAGE plpgsql AS $fn$
 DECLARE
     v_holds integer;
 BEGIN
@@ -426,7 +436,7 @@ $fn$;
 -- whoever is next. The token counter is untouched. Returns how many live holders were dropped.
 CREATE OR REPLACE FUNCTION @S@.force_release_v2(p_name text, p_legacy text,
     OUT dropped integer)
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
+LANGUAGE plpgsql AS $fn$
 DECLARE
     v_any boolean := false;
     r record;
@@ -454,7 +464,7 @@ CREATE OR REPLACE FUNCTION @S@.peek_v2(p_name text, p_owner text, p_cap integer,
     OUT seen_epoch bigint, OUT in_line boolean, OUT ahead integer, OUT writer_ahead boolean,
     OUT distance bigint, OUT superseded boolean, OUT handoff_ms double precision,
     OUT since_release_ms double precision)
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
+LANGUAGE plpgsql AS $fn$
 DECLARE
     v_names record;
     v_ticket bigint;
@@ -482,7 +492,7 @@ $fn$;
 -- subscription is not missed).
 CREATE OR REPLACE FUNCTION @S@.subscribe_v2(p_cookie text, p_channel text, p_name text,
     p_slot integer, p_owner text, OUT listening boolean, OUT holds boolean)
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
+LANGUAGE plpgsql AS $fn$
 BEGIN
     listening := coalesce(current_setting('lockrun.session', true) = p_cookie, false);
     IF listening THEN
@@ -500,7 +510,7 @@ $fn$;
 -- answers.
 CREATE OR REPLACE FUNCTION @S@.claim_interval_v2(p_name text, p_interval_us bigint,
     OUT claimed boolean, OUT ago_us bigint)
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
+LANGUAGE plpgsql AS $fn$
 DECLARE
     v_last bigint;
     v_now bigint;
