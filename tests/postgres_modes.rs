@@ -683,10 +683,18 @@ fn three_hundred_lockruns_hold_at_once_behind_pgbouncer() {
     let all_held = wait_until(Duration::from_secs(60), || {
         (0..300).all(|i| w.path(&format!("started.{i}")).exists())
     });
-    let held = (0..300)
-        .filter(|i| w.path(&format!("started.{i}")).exists())
-        .count();
-    assert!(all_held, "only {held} of 300 held at once");
+    if !all_held {
+        let held = (0..300)
+            .filter(|i| w.path(&format!("started.{i}")).exists())
+            .count();
+        let failed: Vec<String> = holders
+            .iter_mut()
+            .filter_map(|h| h.try_wait().ok().flatten().map(|_| wait_exit(h, SOON)))
+            .map(|out| format!("{}: {}", code(&out), text(&out.stderr)))
+            .take(5)
+            .collect();
+        panic!("only {held} of 300 held at once; some that ended: {failed:?}");
+    }
     assert_eq!(w.list(&["many/"]).as_array().unwrap().len(), 300);
     for holder in &mut holders {
         drop(holder.stdin.take());
