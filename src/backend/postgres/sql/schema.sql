@@ -12,7 +12,11 @@
 -- Cost per handoff does not grow with the line: every scan of the line starts at the name's
 -- `line_floor` (a ticket at or below every waiter's, moved up under the lock as the head of the
 -- line leaves, so the entries of departed waiters are never walked again) and stops after a
--- bounded number of rows.
+-- bounded number of rows. That needs an ordered index scan, whatever the statistics say: with
+-- few or none (a new table, a name that just became busy) a cached generic plan expects a
+-- handful of rows and picks a bitmap or sequential scan, which reads every waiter of the name on
+-- every call. So each function that reads the line first turns both off for its own statement's
+-- transaction (set_config(.., true): it ends with the statement, behind a pooler too).
 --
 -- Wake-ups: a waiter that reached the server directly records a channel, `lockrun_<owner>`, and
 -- LISTENs there; a release NOTIFYs only the waiters whose turn it may be (the first `max_limit`
@@ -100,26 +104,28 @@ CREATE TRIGGER modes_v2 BEFORE INSERT ON @S@.leases
 -- Where a waiter with ticket P_TICKET stands, scanning from the line's floor P_FLOOR: how many
 -- live waiters are ahead of it (counted up to P_CAP), whether a live exclusive waiter is among
 -- them, and how many tickets separate it from the first live waiter (more than the waiters
--- ahead when some left). Each scan stops early: O(P_CAP), whatever the line's length.
+-- ahead when some left). O(P_CAP), whatever the line's length: each scan starts at the floor and
+-- is LIMITed, an ordered index scan that stops early (see the header on plans).
 -- (The helpers are PL/pgSQL, whose plans are kept for the session: a SQL function that cannot
 -- be inlined is planned again on every call.)
 CREATE OR REPLACE FUNCTION @S@.place_v2(p_name text, p_floor bigint, p_ticket bigint,
     p_cap integer, OUT ahead integer, OUT writer_ahead boolean, OUT distance bigint)
 LANGUAGE plpgsql AS $fn$
 DECLARE
-    v_head bigint;
+    v_first bigint[];
+    v_writer bigint;
 BEGIN
-    SELECT count(*)::integer INTO ahead FROM (SELECT 1 FROM @S@.waiters w
-        WHERE w.name = p_name AND w.ticket >= p_floor AND w.ticket < p_ticket
-        AND w.beat_until >= clock_timestamp()
-        ORDER BY w.ticket LIMIT p_cap) a;
-    writer_ahead := EXISTS (SELECT 1 FROM @S@.waiters w
-        WHERE w.name = p_name AND NOT w.shared AND w.ticket >= p_floor AND w.ticket < p_ticket
-        AND w.beat_until >= clock_timestamp());
-    SELECT w.ticket INTO v_head FROM @S@.waiters w
+    SELECT array_agg(f.ticket ORDER BY f.ticket) INTO v_first FROM (SELECT w.ticket
+        FROM @S@.waiters w
         WHERE w.name = p_name AND w.ticket >= p_floor AND w.beat_until >= clock_timestamp()
+        ORDER BY w.ticket LIMIT p_cap) f;
+    SELECT count(*)::integer INTO ahead FROM unnest(v_first) AS t WHERE t < p_ticket;
+    distance := greatest(0, p_ticket - v_first[1]);
+    SELECT w.ticket INTO v_writer FROM @S@.waiters w
+        WHERE w.name = p_name AND NOT w.shared AND w.ticket >= p_floor
+        AND w.beat_until >= clock_timestamp()
         ORDER BY w.ticket LIMIT 1;
-    distance := greatest(0, p_ticket - v_head);
+    writer_ahead := coalesce(v_writer < p_ticket, false);
 END
 $fn$;
 
@@ -236,6 +242,8 @@ DECLARE
     v_token bigint;
     v_slot integer;
 BEGIN
+    PERFORM set_config('enable_bitmapscan', 'off', true),
+            set_config('enable_seqscan', 'off', true);
     taken := false;
     direct := coalesce(current_setting('lockrun.session', true) = p_cookie, false);
     -- A waiter that a release would not wake only renews its heartbeat, without the name's
@@ -401,6 +409,8 @@ LANGUAGE plpgsql AS $fn$
 DECLARE
     v_shared boolean;
 BEGIN
+    PERFORM set_config('enable_bitmapscan', 'off', true),
+            set_config('enable_seqscan', 'off', true);
     PERFORM 1 FROM @S@.names n WHERE n.name = p_name FOR UPDATE;
     DELETE FROM @S@.leases l WHERE l.name = p_name AND l.slot = p_slot AND l.owner = p_owner
         RETURNING l.shared INTO v_shared;
@@ -420,6 +430,8 @@ LANGUAGE plpgsql AS $fn$
 DECLARE
     v_holds integer;
 BEGIN
+    PERFORM set_config('enable_bitmapscan', 'off', true),
+            set_config('enable_seqscan', 'off', true);
     PERFORM 1 FROM @S@.names n WHERE n.name = p_name FOR UPDATE;
     DELETE FROM @S@.waiters w WHERE w.name = p_name AND w.owner = p_owner;
     GET DIAGNOSTICS removed = ROW_COUNT;
@@ -441,6 +453,8 @@ DECLARE
     v_any boolean := false;
     r record;
 BEGIN
+    PERFORM set_config('enable_bitmapscan', 'off', true),
+            set_config('enable_seqscan', 'off', true);
     dropped := 0;
     PERFORM 1 FROM @S@.names n WHERE n.name = p_name FOR UPDATE;
     FOR r IN DELETE FROM @S@.leases l WHERE l.name = p_name
@@ -470,6 +484,8 @@ DECLARE
     v_ticket bigint;
     v_supersede boolean;
 BEGIN
+    PERFORM set_config('enable_bitmapscan', 'off', true),
+            set_config('enable_seqscan', 'off', true);
     SELECT * INTO v_names FROM @S@.names n WHERE n.name = p_name;
     seen_epoch := v_names.epoch;
     handoff_ms := CASE WHEN v_names.prev_handoff_ms IS NOT NULL
