@@ -5,7 +5,8 @@
 //! short hold and at most a tenth of a long one, never more than 100 ms. A waiter further back
 //! looks again when about half of its expected wait has passed (its places ahead times the time
 //! one place took lately), so it is looking fast by the time its turn comes; while a hold lasts
-//! longer than usual it looks at least every twentieth of that hold; and a waiter whose turn is
+//! longer than usual the first 16 waiters look at least every twentieth of that hold (so a short
+//! line follows closely when it starts moving again); and a waiter whose turn is
 //! more than a couple of seconds off does not look at all (the engine's one-second re-check tells
 //! it where it stands). Each waiter looks O(log N) times over its whole wait, so the looks per
 //! handoff do not grow with the line.
@@ -31,6 +32,8 @@ const SUPERSEDE_SLOWEST: Duration = Duration::from_millis(250);
 pub const EXACT_PLACES: i32 = 8;
 /// A waiter this close to the next (in places) keeps up by listening where it can.
 const NEAR_PLACES: u32 = 2;
+/// Waiters this close to the next (in places) look while the line stands still.
+const STALL_PLACES: u32 = 16;
 
 /// What the waiter's last try (or look) found: the name's epoch, where the waiter stands, and
 /// how fast the line moves.
@@ -131,6 +134,9 @@ pub fn pause(
     let usual = seen.pace.handoff.map(|hold| hold + NEXT_FASTEST);
     let mut pause = match usual {
         Some(usual) if stalled < usual * 4 => usual.saturating_mul(places) / 2,
+        // Only the first few follow a stalled line closely; the others learn that it moves
+        // again from their own tries, once a second, and then follow its pace.
+        _ if places > STALL_PLACES && !waiter.supersede => return None,
         _ => (ASSUMED_HANDOFF.saturating_mul(places) / 2).max(stalled / 20),
     }
     .max(BEHIND_FASTEST);
@@ -209,6 +215,8 @@ mod tests {
             pause(&held(5, 2_000), &waiter(false), ms(0), ms(0)),
             Some(ms(100))
         );
+        // Further back, a waiter does not look while the line stands still.
+        assert_eq!(pause(&held(20, 2_000), &waiter(false), ms(0), ms(0)), None);
         // A hold that drags on: the one right behind looks at most every 200 ms, others not.
         assert_eq!(
             pause(&held(1, 300_000), &waiter(false), ms(0), ms(0)),

@@ -131,26 +131,38 @@ $fn$;
 
 -- Moves the line's floor up to its first waiter, removing waiters at the head whose heartbeat
 -- lapsed on the way (a lapsed waiter further back is skipped by every count, and removed once it
--- reaches the head). Returns the new floor. The caller holds the name's row lock.
+-- reaches the head). Every row below the floor is gone. Returns the new floor. The caller holds
+-- the name's row lock.
 CREATE OR REPLACE FUNCTION @S@.advance_v2(p_name text) RETURNS bigint
 LANGUAGE plpgsql AS $fn$
 DECLARE
     v_floor bigint;
     v_arrivals bigint;
     v_head bigint;
+    v_owner text;
+    v_lapsed boolean;
 BEGIN
     SELECT n.line_floor, n.arrivals INTO v_floor, v_arrivals
         FROM @S@.names n WHERE n.name = p_name;
-    DELETE FROM @S@.waiters w WHERE w.name = p_name AND w.beat_until < clock_timestamp()
-        AND w.owner IN (SELECT h.owner FROM @S@.waiters h
-                        WHERE h.name = p_name AND h.ticket >= v_floor
-                        ORDER BY h.ticket LIMIT 32);
-    SELECT w.ticket INTO v_head FROM @S@.waiters w
-        WHERE w.name = p_name AND w.ticket >= v_floor ORDER BY w.ticket LIMIT 1;
-    v_head := coalesce(v_head, v_arrivals + 1);
-    IF v_head > v_floor THEN
-        UPDATE @S@.names n SET line_floor = v_head WHERE n.name = p_name;
-    END IF;
+    -- One waiter at a time from the head; at most 32 lapsed ones removed per call.
+    FOR i IN 1..32 LOOP
+        SELECT w.ticket, w.owner, w.beat_until < clock_timestamp()
+            INTO v_head, v_owner, v_lapsed FROM @S@.waiters w
+            WHERE w.name = p_name AND w.ticket >= v_floor ORDER BY w.ticket LIMIT 1;
+        IF NOT FOUND THEN
+            v_head := v_arrivals + 1;
+            EXIT;
+        END IF;
+        EXIT WHEN NOT v_lapsed;
+        DELETE FROM @S@.waiters w WHERE w.name = p_name AND w.owner = v_owner
+            AND w.beat_until < clock_timestamp();
+        -- It beat just now: it is the head.
+        EXIT WHEN NOT FOUND;
+        v_floor := v_head + 1;
+        v_head := NULL;
+    END LOOP;
+    v_head := coalesce(v_head, v_floor);
+    UPDATE @S@.names n SET line_floor = v_head WHERE n.name = p_name AND n.line_floor < v_head;
     RETURN v_head;
 END
 $fn$;
@@ -242,8 +254,11 @@ DECLARE
     v_token bigint;
     v_slot integer;
 BEGIN
+    -- A heartbeat or a place in line needs no durable commit (one lost in a crash only makes its
+    -- waiter join again): no WAL flush for them. Taking a lease turns it back on, below.
     PERFORM set_config('enable_bitmapscan', 'off', true),
-            set_config('enable_seqscan', 'off', true);
+            set_config('enable_seqscan', 'off', true),
+            set_config('synchronous_commit', 'off', true);
     taken := false;
     direct := coalesce(current_setting('lockrun.session', true) = p_cookie, false);
     -- A waiter that a release would not wake only renews its heartbeat, without the name's
