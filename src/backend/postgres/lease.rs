@@ -87,7 +87,7 @@ impl Lease for PostgresLease {
         let ttl = Duration::from_millis(self.ttl_ms.unsigned_abs());
         let renewed = self
             .link
-            .query_often(
+            .query(
                 renew_timeout(ttl),
                 &self.link.sql().renew,
                 &[

@@ -155,9 +155,9 @@ impl Link {
         self.query_as(limit, sql, params, false).await
     }
 
-    /// [`Link::query`] for a statement sent over and over (a waiter's tries and looks, a
-    /// holder's renewals): prepared once per connection where the connection reaches the server
-    /// directly, which spares the server parsing and planning it every time.
+    /// [`Link::query`] for a statement sent over and over (a waiter's tries and looks): prepared
+    /// once per connection where the connection reaches the server directly, which spares the
+    /// server parsing and planning it every time.
     pub async fn query_often(
         &self,
         limit: Duration,
