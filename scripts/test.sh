@@ -17,6 +17,7 @@ command -v mariadb >/dev/null 2>&1 || missing+=(mariadb-client)
 # ZooKeeper runs from Debian's jar (tests start it with java, never as a service).
 [ -e /usr/share/java/zookeeper.jar ] || missing+=(zookeeper)
 command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
+[ -x /usr/sbin/pgbouncer ] || command -v pgbouncer >/dev/null 2>&1 || missing+=(pgbouncer)
 command -v setpriv >/dev/null 2>&1 || missing+=(util-linux)
 command -v script >/dev/null 2>&1 || missing+=(bsdutils)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)

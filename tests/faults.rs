@@ -110,9 +110,11 @@ impl Wire for PgServer {
         assert_eq!(code(&out), 0, "{}", text(&out.stderr));
     }
 
-    // Every statement travels with its text (one round trip, no prepared statements).
+    // Statements travel with their text (one round trip); only a waiter's repeated tries and
+    // looks are prepared, once an answer showed the connection reaches the server directly —
+    // after the first try, which is the one the drills lose.
     fn acquire_request(&self, _name: &str) -> Vec<u8> {
-        b"INSERT INTO \"lockrun\".names AS n (name, max_limit, token)".to_vec()
+        b"\"lockrun\".acquire_v2($1".to_vec()
     }
 
     fn renew_request(&self, _name: &str, _holder: &Holder) -> Vec<u8> {
@@ -120,7 +122,7 @@ impl Wire for PgServer {
     }
 
     fn release_request(&self, _name: &str, _holder: &Holder) -> Vec<u8> {
-        b"AND slot = $2 AND owner = $3 RETURNING name".to_vec()
+        b"\"lockrun\".release_v2($1".to_vec()
     }
 }
 

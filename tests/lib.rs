@@ -3,7 +3,7 @@
 //!
 //! - [`conformance`]: the contract's scenarios, written once and run on every backend;
 //! - one module per backend for what only that backend has ([`file_backend`], [`redis`],
-//!   [`redlock`], [`etcd`], [`postgres`], [`mysql`], [`zookeeper`]);
+//!   [`redlock`], [`etcd`], [`postgres`] (and [`pgbouncer`] in front of it), [`mysql`], [`zookeeper`]);
 //! - [`faults`]: lost acknowledgements, late releases, delays and resets through a fault proxy;
 //! - [`readme`]: README.md's examples, run as written;
 //! - [`cli`], [`hostile_input`]: usage errors and fuzzed input; [`process`]: the command's life
@@ -23,9 +23,10 @@ mod file_backend;
 mod generated;
 mod hostile_input;
 mod mysql;
+mod pgbouncer;
 mod postgres;
 mod process;
 mod readme;
 mod redis;
-mod zookeeper;
 mod redlock;
+mod zookeeper;

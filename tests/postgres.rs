@@ -1,19 +1,21 @@
 //! What only the `postgres://` backend has: its schema (created once under concurrent first use,
-//! chosen by `lockrun_schema=`), TLS, a restart ridden through, and the fenced-write example
-//! rejecting a stale holder in the database itself. Everything it shares with the other backends
+//! chosen by `lockrun_schema=`, migrated in place from version 1, refused to a second user with
+//! the fix named), TLS, a restart ridden through, one connection per lockrun, a full server
+//! waited out, and the fenced-write example rejecting a stale holder in the database itself. Everything it shares with the other backends
 //! is in the conformance suite.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 
+use crate::support::asserts::{assert_hidden, assert_one_line, assert_said};
 use crate::support::fixture::Fixture;
 use crate::support::holder::Holder;
-use crate::support::lockrun::Proc;
+use crate::support::lockrun::{Proc, output};
 use crate::support::postgres_server::PgServer;
 use crate::support::scene::Scene;
 use crate::support::tools;
-use crate::support::wait::{SOON, alive, code, text, wait_for_file, wait_until};
+use crate::support::wait::{SOON, alive, code, number_in, text, wait_for_file, wait_until};
 
 #[test]
 fn concurrent_first_use_creates_the_schema_once_without_errors() {
@@ -152,4 +154,171 @@ fn paused_holder_is_fenced_off_by_the_database_and_exits_76() {
     let status = s.status("drill");
     assert_eq!(status["holders"][0]["token"], fresh.token(), "{status}");
     assert_eq!(code(&fresh.finish()), 0);
+}
+
+/// Version 1's schema, as the previous release created it (tables and its one function).
+const V1_SCHEMA: &str = include_str!("support/postgres_v1_schema.sql");
+
+#[test]
+fn a_version_1_schema_is_migrated_in_place_and_older_lockruns_still_exclude() {
+    let server = PgServer::start();
+    let s = Scene::new(server.url());
+    server.sql(V1_SCHEMA);
+    server.sql(
+        "INSERT INTO lockrun.names (name, token, max_limit) VALUES ('old', 41, 1);
+         INSERT INTO lockrun.waiters (name, owner, ticket, beat_until)
+             VALUES ('old', 'gone', 1, clock_timestamp() - interval '1 minute');",
+    );
+    let out = s.run([
+        "--name",
+        "old",
+        "--",
+        "sh",
+        "-c",
+        "echo $FENCING_TOKEN > old.token",
+    ]);
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    assert!(number_in(&s.path("old.token")) > 41);
+    assert_eq!(
+        server.sql(
+            "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace \
+             WHERE n.nspname = 'lockrun' AND p.proname = 'acquire_v2'"
+        ),
+        "1"
+    );
+    // An older lockrun still running during the upgrade calls acquire_v1, or takes slot 0 with
+    // its one-statement fast path: neither gets in beside a reader.
+    let mut reader = s.hold("mixed", "r", &["--shared", "--ttl", "5s"]);
+    let v1_try = "SELECT taken FROM lockrun.acquire_v1('mixed', 'v1owner', 5000, 1, '{}', 0)";
+    assert_eq!(server.sql(v1_try), "f");
+    server.sql(
+        "INSERT INTO lockrun.leases (name, slot, owner, token, holder, expires_at) \
+         VALUES ('mixed', 0, 'v1fast', 1, '{}', clock_timestamp() + interval '5 s') \
+         ON CONFLICT (name, slot) DO NOTHING",
+    );
+    assert_eq!(
+        server.sql("SELECT count(*) FROM lockrun.leases WHERE name = 'mixed' AND NOT shared"),
+        "0"
+    );
+    assert_eq!(code(&reader.finish()), 0);
+    assert_eq!(server.sql(v1_try), "t");
+    let v1_token: u64 = server
+        .sql("SELECT token FROM lockrun.leases WHERE name = 'mixed' AND owner = 'v1owner'")
+        .parse()
+        .unwrap();
+    assert!(v1_token > reader.token());
+}
+
+#[test]
+fn a_lockrun_holds_one_connection_whether_waiting_or_holding() {
+    let server = PgServer::start();
+    let s = Scene::new(server.url());
+    let at = |tag: &str| format!("{}?application_name={tag}", server.url());
+    let mut holder = s.hold_via(&at("lr_h"), "one", "h", &[]);
+    let mut waiters: Vec<Proc> = (0..3)
+        .map(|i| {
+            let mode = if i == 2 { "--shared" } else { "--ttl=5s" };
+            let mut cmd = s.cmd_via(
+                &at(&format!("lr_w{i}")),
+                [
+                    "--name",
+                    "one",
+                    mode,
+                    "--wait",
+                    "30s",
+                    "--progress",
+                    "100ms",
+                ],
+            );
+            cmd.args(["--", "sh", "-c", "while [ ! -e done ]; do sleep 0.02; done"]);
+            Proc::spawn(&mut cmd)
+        })
+        .collect();
+    s.wait_waiters("one", 3);
+    let sample = |expected: usize| {
+        for _ in 0..20 {
+            let counts = server.sql(
+                "SELECT application_name || '=' || count(*) FROM pg_stat_activity \
+                 WHERE application_name LIKE 'lr\\_%' GROUP BY application_name ORDER BY 1",
+            );
+            let counts: Vec<&str> = counts.lines().collect();
+            assert!(
+                counts.iter().all(|c| c.ends_with("=1")),
+                "a lockrun with more than one connection: {counts:?}"
+            );
+            assert_eq!(counts.len(), expected, "{counts:?}");
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    };
+    sample(4);
+    let out = holder.finish();
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    // The first waiter now holds (renewing, listening for a forced release), the others wait.
+    s.wait_held("one", 1);
+    sample(3);
+    std::fs::write(s.path("done"), "").unwrap();
+    for waiter in &mut waiters {
+        let out = waiter.wait(SOON);
+        assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    }
+}
+
+#[test]
+fn a_full_server_is_waited_out_within_the_wait_and_fails_69_after_it() {
+    let server = PgServer::start();
+    let s = Scene::new(server.url());
+    // One connection for the role: its holder takes it, so every other lockrun is turned away
+    // with 53300 — which also shows that a holder needs no second connection.
+    server
+        .sql("CREATE ROLE app LOGIN CONNECTION LIMIT 1; GRANT CREATE ON DATABASE postgres TO app");
+    let url = format!(
+        "postgres://app:pw-4321@127.0.0.1:{}/postgres",
+        server.port()
+    );
+    let run = |args: &[&str]| {
+        let mut cmd = s.cmd_via(&url, ["--name", "full"]);
+        cmd.args(args).args(["--", "touch", "ran"]);
+        cmd
+    };
+    let mut holder = s.hold_via(&url, "full", "h", &[]);
+    let out = output(&mut run(&["--no-wait"]));
+    let line = assert_one_line(&out, 69, "too many connections");
+    assert_hidden(&line, &["pw-4321"]);
+
+    let started = Instant::now();
+    let out = output(&mut run(&["-v", "--wait", "1s"]));
+    assert_eq!(code(&out), 69, "{}", text(&out.stderr));
+    assert!(started.elapsed() >= Duration::from_secs(1));
+    assert_said(&out, "trying again in");
+    assert!(!s.path("ran").exists());
+
+    let mut waiter = Proc::spawn(&mut run(&["-v", "--wait", "30s"]));
+    let retried = wait_until(SOON, || waiter.stderr_so_far().contains("trying again in"));
+    assert!(retried, "never turned away: {}", waiter.stderr_so_far());
+    assert_eq!(code(&holder.finish()), 0);
+    let out = waiter.wait(SOON);
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    assert!(s.path("ran").exists());
+}
+
+#[test]
+fn a_second_database_user_locked_out_of_the_schema_is_told_about_lockrun_schema() {
+    let server = PgServer::start();
+    let s = Scene::new(server.url());
+    let out = s.run(["--name", "x", "--", "true"]);
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    server.sql("CREATE ROLE other LOGIN; GRANT CREATE ON DATABASE postgres TO other");
+    let url = format!(
+        "postgres://other:pw-8080@127.0.0.1:{}/postgres",
+        server.port()
+    );
+    let line = s.refuses(&url, "x", 69, "permission denied for schema lockrun");
+    assert!(line.contains("?lockrun_schema="), "{line}");
+    assert_hidden(&line, &["pw-8080"]);
+    // The fix it names works.
+    let out = output(&mut s.cmd_via(
+        &format!("{url}?lockrun_schema=other_locks"),
+        ["--name", "x", "--", "touch", "ran"],
+    ));
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
 }

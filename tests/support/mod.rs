@@ -11,6 +11,7 @@ pub mod holder;
 pub mod lockrun;
 pub mod manual;
 pub mod mysql_server;
+pub mod pgbouncer;
 pub mod postgres_server;
 pub mod proxy;
 pub mod redis_server;

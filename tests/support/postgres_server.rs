@@ -216,6 +216,16 @@ impl PgServer {
         }
     }
 
+    /// The port the server listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The directory of the server's programs (`psql`, `pg_ctl`, …).
+    pub fn bin(&self) -> &std::path::Path {
+        &self.bin
+    }
+
     fn pid(&self) -> i32 {
         self.child.as_ref().expect("server running").id() as i32
     }

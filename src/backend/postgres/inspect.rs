@@ -1,56 +1,97 @@
-//! Reading and breaking leases from outside: `status`, `list` and `release --force`, all by the
-//! server's clock (a row past its expiry is not a holder, whatever it says).
+//! Reading and breaking leases from outside — `status` (holders with their mode, and the line of
+//! waiters in order, in one consistent read), `list` and `release --force` — all by the server's
+//! clock (a row past its expiry is not a holder, whatever it says); and `--min-interval`'s claim
+//! and the server's clock, which also read the server's own time.
 
 use std::time::Duration;
 
 use tokio_postgres::Row;
 use tokio_postgres::types::Type;
 
-use super::connect::{Link, REQUEST_TIMEOUT};
+use super::link::{Link, REQUEST_TIMEOUT};
 use super::schema;
-use crate::backend::{BackendError, HolderInfo, HolderStatus, LockStatus};
+use crate::backend::{
+    BackendError, HolderInfo, HolderStatus, IntervalClaim, LockStatus, Mode, WaiterStatus,
+};
 use crate::name::LockName;
 
-/// Who holds `name`, and how many wait.
+/// Who holds `name`, and who waits for it, in line order.
 pub async fn status(link: &Link, name: &LockName) -> Result<LockStatus, BackendError> {
     let name_text = name.as_str();
-    let summary = link
-        .query(
-            REQUEST_TIMEOUT,
-            &link.sql().summary,
-            &[(&name_text, Type::TEXT)],
-        )
-        .await?;
-    let (limit, waiters) = match summary.first() {
-        Some(row) => {
-            let limit: i32 = row.try_get(0).map_err(|_| unexpected(link))?;
-            let waiters: i64 = row.try_get(1).map_err(|_| unexpected(link))?;
-            (
-                u32::try_from(limit).unwrap_or(1).max(1),
-                u32::try_from(waiters).unwrap_or(u32::MAX),
-            )
-        }
-        None => (1, 0),
-    };
     let rows = link
         .query(
             REQUEST_TIMEOUT,
-            &link.sql().holders,
+            &link.sql().status,
             &[(&name_text, Type::TEXT)],
         )
         .await?;
-    let holders = rows
-        .iter()
-        .map(|row| holder(link, row))
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(LockStatus {
-        name: name.to_string(),
-        held: !holders.is_empty(),
-        limit,
-        waiters,
-        holders,
-        queue: Vec::new(),
-    })
+    let mut limit = 1;
+    let mut holders = Vec::new();
+    let mut waiters = Vec::new();
+    for row in &rows {
+        let item = Item::read(row).ok_or_else(|| unexpected(link))?;
+        match item.kind {
+            0 => limit = u32::try_from(item.number).unwrap_or(1).max(1),
+            1 => holders.push(item),
+            _ => waiters.push(item),
+        }
+    }
+    // Exclusive holders by slot, then shared ones; waiters by ticket.
+    holders.sort_by_key(|h| (h.shared, h.number));
+    waiters.sort_by_key(|w| w.number);
+    let holders = holders.into_iter().map(Item::holder).collect();
+    let queue = waiters.into_iter().map(Item::waiter).collect();
+    Ok(LockStatus::new(name, limit, holders, queue))
+}
+
+/// One row of the status statement.
+struct Item {
+    kind: i32,
+    number: i64,
+    record: String,
+    left_ms: i64,
+    shared: bool,
+    token: i64,
+}
+
+impl Item {
+    fn read(row: &Row) -> Option<Self> {
+        Some(Item {
+            kind: row.try_get(0).ok()?,
+            number: row.try_get(1).ok()?,
+            record: row
+                .try_get::<_, Option<String>>(2)
+                .ok()?
+                .unwrap_or_default(),
+            left_ms: row.try_get(3).ok()?,
+            shared: row.try_get(4).ok()?,
+            token: row.try_get(5).ok()?,
+        })
+    }
+
+    /// The stored record, with the mode the row itself says.
+    fn info(&self) -> HolderInfo {
+        let mut info = HolderInfo::decode(self.record.as_bytes());
+        info.mode = match self.shared {
+            true => Mode::Shared,
+            false => Mode::Exclusive,
+        };
+        info
+    }
+
+    fn holder(self) -> HolderStatus {
+        HolderStatus::new(
+            self.info(),
+            u64::try_from(self.token).unwrap_or(0),
+            // A shared holder's row slot is negative; it is slot 0 to its command.
+            u32::try_from(self.number).unwrap_or(0),
+            Duration::from_millis(u64::try_from(self.left_ms).unwrap_or(0)),
+        )
+    }
+
+    fn waiter(self) -> WaiterStatus {
+        WaiterStatus::new(self.info())
+    }
 }
 
 /// Every held name that starts with `prefix`, sorted by name.
@@ -81,43 +122,56 @@ pub async fn list(link: &Link, prefix: &str) -> Result<Vec<LockStatus>, BackendE
     Ok(held)
 }
 
-/// Drops every holder of `name` and wakes its waiters; the token counter is untouched.
+/// Drops every holder of `name`, tells each on its own channel, and wakes whoever is next; the
+/// token counter is untouched.
 pub async fn force_release(link: &Link, name: &LockName) -> Result<usize, BackendError> {
     let name_text = name.as_str();
-    let channel = schema::channel(link.schema(), name_text);
+    let legacy = schema::legacy_channel(link.schema(), name_text);
     let rows = link
         .query(
             REQUEST_TIMEOUT,
             &link.sql().force_release,
-            &[(&name_text, Type::TEXT), (&channel, Type::TEXT)],
+            &[(&name_text, Type::TEXT), (&legacy, Type::TEXT)],
         )
         .await?;
-    let dropped: i64 = match rows.first() {
+    let dropped: Option<i32> = match rows.first() {
         Some(row) => row.try_get(0).map_err(|_| unexpected(link))?,
-        None => 0,
+        None => None,
     };
-    Ok(usize::try_from(dropped).unwrap_or(0))
+    Ok(dropped.and_then(|n| usize::try_from(n).ok()).unwrap_or(0))
 }
 
-/// One row of the `holders` query.
-fn holder(link: &Link, row: &Row) -> Result<HolderStatus, BackendError> {
-    let slot: i32 = row.try_get(0).map_err(|_| unexpected(link))?;
-    let token: i64 = row.try_get(1).map_err(|_| unexpected(link))?;
-    let info: String = row.try_get(2).map_err(|_| unexpected(link))?;
-    let left_ms: i64 = row.try_get(3).map_err(|_| unexpected(link))?;
-    let info = HolderInfo::decode(info.as_bytes());
-    Ok(HolderStatus::new(
-        info,
-        u64::try_from(token).unwrap_or(0),
-        u32::try_from(slot).unwrap_or(0),
-        Duration::from_millis(u64::try_from(left_ms).unwrap_or(0)),
-    ))
+/// `--min-interval`: records, by the server's clock, that `name` runs now, unless it last ran
+/// less than `interval` ago.
+pub async fn claim_interval(
+    link: &Link,
+    name: &LockName,
+    interval: Duration,
+) -> Result<IntervalClaim, BackendError> {
+    let name_text = name.as_str();
+    let interval_us = i64::try_from(interval.as_micros()).unwrap_or(i64::MAX);
+    let rows = link
+        .query(
+            REQUEST_TIMEOUT,
+            &link.sql().claim_interval,
+            &[(&name_text, Type::TEXT), (&interval_us, Type::INT8)],
+        )
+        .await?;
+    let row = rows.first().ok_or_else(|| unexpected(link))?;
+    let claimed: Option<bool> = row.try_get(0).map_err(|_| unexpected(link))?;
+    let ago_us: Option<i64> = row.try_get(1).map_err(|_| unexpected(link))?;
+    Ok(match claimed {
+        Some(true) => IntervalClaim::Claimed,
+        _ => IntervalClaim::TooSoon {
+            ago: Duration::from_micros(ago_us.and_then(|a| u64::try_from(a).ok()).unwrap_or(0)),
+        },
+    })
 }
 
 fn unexpected(link: &Link) -> BackendError {
     BackendError::Failed {
         endpoint: link.endpoint().to_owned(),
-        reason: "unexpected answer to a status query".into(),
+        reason: "unexpected answer from the server".into(),
     }
 }
 

@@ -1,10 +1,15 @@
-//! [`PostgresLease`]: one held slot, renewed and released by statements that act only on this
-//! run's own row — renewal only while the row has not expired by the server's clock, so an expired
-//! lease is never brought back.
+//! [`PostgresLease`]: one hold (an exclusive slot or a shared hold), renewed and released by
+//! statements that act only on this run's own row — renewal only while the row has not expired by
+//! the server's clock, so an expired lease is never brought back, and durably
+//! (`synchronous_commit` on), so a crash cannot take back a renewal that was confirmed.
 //!
 //! A renewal has its own deadline, shorter than the supervisor's renewal interval, so a silent
 //! server yields an unconfirmed renewal (retried on a fresh connection) rather than a hang; the
 //! supervisor's boot-clock deadline decides when the command must stop.
+//!
+//! `release --force` `NOTIFY`s the holder on its own channel, which [`Lease::revoked`] listens
+//! to on the run's one connection. Behind a transaction pooler, where `LISTEN` cannot work, it
+//! looks at its own row instead, twice a second, so the command still stops within a second.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,38 +17,62 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio_postgres::types::Type;
 
-use super::connect::{Link, REQUEST_TIMEOUT};
-use crate::backend::waiting::policy::renew_timeout;
+use super::link::{Link, REQUEST_TIMEOUT, Subscribed};
+use super::schema;
+use crate::backend::waiting::policy::{SAFETY_RECHECK, renew_timeout};
 use crate::backend::{BackendError, Grant, Lease, RenewError, Renewal};
 
-/// A slot held by this run.
+/// How often a holder behind a pooler checks that its row is still there.
+const HOLD_CHECK: Duration = Duration::from_millis(500);
+
+/// A hold of this run.
 pub struct PostgresLease {
     link: Arc<Link>,
     name: String,
-    channel: String,
-    owner: String,
+    /// The row's slot: the grant's for an exclusive hold, a negative one for a shared hold.
     slot: i32,
+    owner: String,
     ttl_ms: i64,
     grant: Grant,
 }
 
 impl PostgresLease {
-    pub fn new(
-        link: Arc<Link>,
-        name: String,
-        channel: String,
-        owner: String,
-        grant: Grant,
-    ) -> Self {
+    pub fn new(link: Arc<Link>, name: String, slot: i32, owner: String, grant: Grant) -> Self {
         let ttl = grant.ttl.unwrap_or_default();
         PostgresLease {
             link,
             name,
-            channel,
+            slot,
             owner,
-            slot: i32::try_from(grant.slot).unwrap_or(i32::MAX),
             ttl_ms: ttl.as_millis().try_into().unwrap_or(i64::MAX),
             grant,
+        }
+    }
+
+    /// Resolves once this hold's row is gone, looking every [`HOLD_CHECK`].
+    async fn until_row_gone(&self) {
+        loop {
+            tokio::time::sleep(HOLD_CHECK).await;
+            // On a task of its own: a look cut short must not cost the connection.
+            let link = Arc::clone(&self.link);
+            let (name, slot, owner) = (self.name.clone(), self.slot, self.owner.clone());
+            let look = tokio::spawn(async move {
+                link.query(
+                    REQUEST_TIMEOUT,
+                    &link.sql().holds,
+                    &[
+                        (&name, Type::TEXT),
+                        (&slot, Type::INT4),
+                        (&owner, Type::TEXT),
+                    ],
+                )
+                .await
+            });
+            match look.await {
+                Ok(Ok(rows)) if rows.is_empty() => return,
+                // Renewals find out about an unreachable server.
+                _ => {}
+            }
         }
     }
 }
@@ -55,10 +84,11 @@ impl Lease for PostgresLease {
     }
 
     async fn renew(&self) -> Result<Renewal, RenewError> {
+        let ttl = Duration::from_millis(self.ttl_ms.unsigned_abs());
         let renewed = self
             .link
             .query(
-                renew_timeout(Duration::from_millis(self.ttl_ms.unsigned_abs())),
+                renew_timeout(ttl),
                 &self.link.sql().renew,
                 &[
                     (&self.name, Type::TEXT),
@@ -68,11 +98,9 @@ impl Lease for PostgresLease {
                 ],
             )
             .await
-            .map_err(RenewError::Unconfirmed)?;
+            .map_err(|f| RenewError::Unconfirmed(f.into()))?;
         match renewed.is_empty() {
-            false => Ok(Renewal {
-                ttl: Some(Duration::from_millis(self.ttl_ms.unsigned_abs())),
-            }),
+            false => Ok(Renewal { ttl: Some(ttl) }),
             true => Err(RenewError::Lost(format!(
                 "the lease on {} is gone or has another holder (it expired, or was broken with release --force)",
                 self.link.endpoint()
@@ -81,7 +109,8 @@ impl Lease for PostgresLease {
     }
 
     async fn release(self: Box<Self>) -> Result<(), BackendError> {
-        let released = self
+        let legacy = schema::legacy_channel(self.link.schema(), &self.name);
+        let rows = self
             .link
             .query(
                 REQUEST_TIMEOUT,
@@ -90,13 +119,41 @@ impl Lease for PostgresLease {
                     (&self.name, Type::TEXT),
                     (&self.slot, Type::INT4),
                     (&self.owner, Type::TEXT),
-                    (&self.channel, Type::TEXT),
+                    (&legacy, Type::TEXT),
                 ],
             )
             .await?;
-        if released.is_empty() {
+        let released = rows
+            .first()
+            .and_then(|row| row.try_get::<_, Option<bool>>(0).ok().flatten());
+        if released != Some(true) {
             crate::info!("the lease was no longer this run's; nothing to release");
         }
         Ok(())
+    }
+
+    async fn revoked(&self) {
+        let channel = schema::owner_channel(&self.owner);
+        loop {
+            let hold = Some((self.name.as_str(), self.slot, self.owner.as_str()));
+            match self.link.subscribe(&channel, hold).await {
+                // Broken before the subscription took.
+                Ok((_, Some(false))) => return,
+                Ok((Subscribed::Listening(mut heard), _)) => {
+                    let seen = heard.borrow_and_update().revocations;
+                    loop {
+                        match heard.changed().await {
+                            Ok(()) if heard.borrow_and_update().revocations > seen => return,
+                            Ok(()) => {}
+                            // The connection ended: anything could have been missed; look now.
+                            Err(_) => return,
+                        }
+                    }
+                }
+                Ok((Subscribed::Pooled, _)) => return self.until_row_gone().await,
+                Err(e) => crate::debug!("cannot listen for a forced release ({})", e.error),
+            }
+            tokio::time::sleep(SAFETY_RECHECK).await;
+        }
     }
 }

@@ -1,27 +1,30 @@
-//! [`Postgres`]: the PostgreSQL backend's line — one try (the server-side `acquire` function, one
-//! statement in its own transaction), leaving the line (which also drops a slot a lost answer may
-//! have given), and the doorbell (`LISTEN` on the name's channel). The waiting itself is the shared
-//! engine's.
-//!
-//! The first try takes the fast path (one plain statement, see [`super::schema`]) when nobody
-//! holds or waits for the name, and falls back to the function otherwise. It happens before
-//! `LISTEN`, so an uncontended lock costs one round trip and no second connection.
+//! [`Postgres`]: the PostgreSQL backend's line — one try (`acquire_v2`, one statement: take a
+//! slot or a shared hold when it is this contender's turn, or keep it in line with a fresh
+//! heartbeat; an uncontended name costs exactly that one round trip), leaving the line (which
+//! also drops a hold a lost answer may have given), and the doorbell (see [`super::doorbell`]).
+//! The waiting itself is the shared engine's; a server with no connection to spare is ridden out
+//! here (see [`super::crowd`]).
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use tokio::sync::watch;
 use tokio_postgres::types::Type;
 
-use super::connect::{Link, REQUEST_TIMEOUT};
-use super::doorbell::Notifications;
+use super::crowd::Crowd;
+use super::doorbell::{Listening, Looking};
+use super::failure::Failure;
 use super::lease::PostgresLease;
+use super::link::{Link, REQUEST_TIMEOUT};
+use super::looker::Looker;
+use super::pace::{Pace, Standing, View, Waiter};
 use super::settings::Settings;
 use super::{inspect, pgpass, schema};
 use crate::backend::waiting::line::{Attempt, Doorbell, InLine, Line, Taken, Ticket};
 use crate::backend::{
-    Backend, BackendError, Grant, IntervalClaim, Lease, LockStatus, Settings as _,
+    Backend, BackendError, Grant, HolderInfo, IntervalClaim, Lease, LockStatus, Mode, Settings as _,
 };
 use crate::clock::BootInstant;
 use crate::name::LockName;
@@ -41,7 +44,7 @@ pub async fn open(settings: &Settings) -> Result<Box<dyn Backend>, BackendError>
     Ok(Box::new(InLine(Arc::new(Postgres {
         link: Arc::new(link),
         shown,
-        tried: AtomicBool::new(false),
+        contenders: Mutex::new(HashMap::new()),
     }))))
 }
 
@@ -49,8 +52,18 @@ pub async fn open(settings: &Settings) -> Result<Box<dyn Backend>, BackendError>
 pub struct Postgres {
     link: Arc<Link>,
     shown: String,
-    /// Whether a try was made already: only the first may take the fast path.
-    tried: AtomicBool,
+    /// What the tries of each contender (by owner) found, for its lease and its doorbell.
+    contenders: Mutex<HashMap<String, Contender>>,
+}
+
+/// What the tries of one contender found.
+struct Contender {
+    /// Where it stands, for a doorbell that looks at the line.
+    view: watch::Sender<View>,
+    /// Whether its connection reaches the server directly (so it can listen).
+    direct: bool,
+    /// The row's slot of the hold it took.
+    row_slot: Option<i32>,
 }
 
 /// What every try of one acquisition sends.
@@ -60,6 +73,7 @@ struct Try {
     limit: i32,
     heartbeat_ms: i64,
     holder: String,
+    shared: bool,
 }
 
 impl Try {
@@ -73,60 +87,43 @@ impl Try {
             limit: i32::try_from(request.limit.max(1)).unwrap_or(i32::MAX),
             heartbeat_ms: i64::try_from(ticket.heartbeat.as_millis()).unwrap_or(i64::MAX),
             holder: ticket.holder_json(),
+            shared: request.mode == Mode::Shared,
         }
-    }
-
-    fn taken(&self, token: u64, slot: u32) -> Attempt {
-        Attempt::Taken(Taken {
-            token,
-            slot,
-            ttl: Duration::from_millis(self.ttl_ms.unsigned_abs()),
-        })
     }
 }
 
 impl Postgres {
-    fn unexpected(&self) -> BackendError {
-        BackendError::Failed {
-            endpoint: self.link.endpoint().to_owned(),
-            reason: "unexpected answer to an acquire".into(),
-        }
+    /// The record of `owner`'s tries, made on first use.
+    fn contender<T>(&self, owner: &str, f: impl FnOnce(&mut Contender) -> T) -> T {
+        let mut contenders = self
+            .contenders
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let contender = contenders
+            .entry(owner.to_owned())
+            .or_insert_with(|| Contender {
+                view: watch::channel(View::default()).0,
+                direct: false,
+                row_slot: None,
+            });
+        f(contender)
     }
 
-    /// The first try: the fast path for a name nobody holds or waits for; `None` when it does not
-    /// apply (then the function decides).
-    async fn attempt_fast(
-        &self,
-        ticket: &Ticket<'_>,
-        t: &Try,
-    ) -> Result<Option<Attempt>, BackendError> {
-        let rows = self
-            .link
-            .query(
-                REQUEST_TIMEOUT,
-                &self.link.sql().fast_acquire,
-                &[
-                    (&t.name, Type::TEXT),
-                    (&ticket.owner, Type::TEXT),
-                    (&t.ttl_ms, Type::INT8),
-                    (&t.limit, Type::INT4),
-                    (&t.holder, Type::TEXT),
-                ],
-            )
-            .await?;
-        let Some(row) = rows.first() else {
-            return Ok(None);
-        };
-        let token: i64 = row.try_get(0).map_err(|_| self.unexpected())?;
-        let token = u64::try_from(token).map_err(|_| self.unexpected())?;
-        Ok(Some(t.taken(token, 0)))
+    fn forget(&self, owner: &str) -> Option<Contender> {
+        self.contenders
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(owner)
     }
 
-    /// One call of the `acquire` function.
-    async fn attempt_full(&self, ticket: &Ticket<'_>, t: &Try) -> Result<Attempt, BackendError> {
+    /// One call of `acquire_v2`.
+    async fn try_once(&self, ticket: &Ticket<'_>) -> Result<Attempt, Failure> {
+        let t = Try::of(ticket);
+        let supersede = ticket.request.supersede;
+        let cookie = self.link.cookie();
         let rows = self
             .link
-            .query(
+            .query_often(
                 REQUEST_TIMEOUT,
                 &self.link.sql().acquire,
                 &[
@@ -136,29 +133,61 @@ impl Postgres {
                     (&t.limit, Type::INT4),
                     (&t.holder, Type::TEXT),
                     (&t.heartbeat_ms, Type::INT8),
+                    (&t.shared, Type::BOOL),
+                    (&supersede, Type::BOOL),
+                    (&cookie, Type::TEXT),
                 ],
             )
             .await?;
-        let unexpected = || self.unexpected();
+        let unexpected = || self.link.unexpected("an acquire");
         let row = rows.first().ok_or_else(unexpected)?;
-        let taken: Option<bool> = row.try_get(0).map_err(|_| unexpected())?;
+        let get_err = |_| unexpected();
+        let taken: Option<bool> = row.try_get(0).map_err(get_err)?;
+        let direct: Option<bool> = row.try_get(11).map_err(get_err)?;
+        if direct == Some(true) {
+            self.link.note_direct();
+        }
         if taken == Some(true) {
-            let token: Option<i64> = row.try_get(1).map_err(|_| unexpected())?;
-            let slot: Option<i32> = row.try_get(2).map_err(|_| unexpected())?;
+            let token: Option<i64> = row.try_get(1).map_err(get_err)?;
+            let row_slot: Option<i32> = row.try_get(2).map_err(get_err)?;
             let token = token
                 .and_then(|t| u64::try_from(t).ok())
                 .ok_or_else(unexpected)?;
-            let slot = slot
-                .and_then(|s| u32::try_from(s).ok())
-                .ok_or_else(unexpected)?;
-            return Ok(t.taken(token, slot));
+            let row_slot = row_slot.ok_or_else(unexpected)?;
+            self.contender(&ticket.owner, |c| c.row_slot = Some(row_slot));
+            return Ok(Attempt::Taken(Taken {
+                token,
+                // A shared holder's row slot is negative; its command sees slot 0.
+                slot: u32::try_from(row_slot).unwrap_or(0),
+                ttl: Duration::from_millis(t.ttl_ms.unsigned_abs()),
+            }));
         }
-        let soonest: Option<i64> = row.try_get(4).map_err(|_| unexpected())?;
+        let soonest: Option<i64> = row.try_get(3).map_err(get_err)?;
+        let next: Option<bool> = row.try_get(4).map_err(get_err)?;
+        let ahead: Option<i32> = row.try_get(5).map_err(get_err)?;
+        let distance: Option<i64> = row.try_get(6).map_err(get_err)?;
+        let epoch: Option<i64> = row.try_get(7).map_err(get_err)?;
+        let handoff: Option<f64> = row.try_get(8).map_err(get_err)?;
+        let since_release: Option<f64> = row.try_get(9).map_err(get_err)?;
+        let superseded_by: Option<String> = row.try_get(10).map_err(get_err)?;
+        let view = View {
+            epoch: epoch.unwrap_or(0),
+            standing: Standing {
+                next: next.unwrap_or(false),
+                ahead: ahead.unwrap_or(0),
+                distance: distance.unwrap_or(0),
+            },
+            pace: Pace::from_ms(handoff, since_release),
+        };
+        self.contender(&ticket.owner, |c| {
+            c.direct = direct.unwrap_or(false);
+            c.view.send_replace(view)
+        });
         Ok(Attempt::Waiting {
             soonest_expiry: soonest
                 .and_then(|ms| u64::try_from(ms).ok())
                 .map(Duration::from_millis),
-            superseded_by: None,
+            superseded_by: superseded_by.map(|record| HolderInfo::decode(record.as_bytes())),
         })
     }
 }
@@ -170,18 +199,21 @@ impl Line for Postgres {
     }
 
     async fn attempt(&self, ticket: &Ticket<'_>) -> Result<Attempt, BackendError> {
-        let t = Try::of(ticket);
-        if !self.tried.swap(true, Ordering::Relaxed)
-            && let Some(taken) = self.attempt_fast(ticket, &t).await?
-        {
-            return Ok(taken);
+        let mut crowd = Crowd::default();
+        loop {
+            match self.try_once(ticket).await {
+                Err(failure) if failure.crowded => {
+                    crowd.pause(failure.error, ticket.request).await?
+                }
+                other => return other.map_err(BackendError::from),
+            }
         }
-        self.attempt_full(ticket, &t).await
     }
 
     async fn leave(&self, ticket: &Ticket<'_>) -> Result<(), BackendError> {
+        self.forget(&ticket.owner);
         let name = ticket.request.name.to_string();
-        let channel = schema::channel(self.link.schema(), &name);
+        let legacy = schema::legacy_channel(self.link.schema(), &name);
         self.link
             .query(
                 REQUEST_TIMEOUT,
@@ -189,27 +221,45 @@ impl Line for Postgres {
                 &[
                     (&name, Type::TEXT),
                     (&ticket.owner, Type::TEXT),
-                    (&channel, Type::TEXT),
+                    (&legacy, Type::TEXT),
                 ],
             )
             .await
             .map(drop)
+            .map_err(BackendError::from)
     }
 
     async fn doorbell(&self, ticket: &Ticket<'_>) -> Result<Box<dyn Doorbell>, BackendError> {
-        let name = ticket.request.name.to_string();
-        let channel = schema::channel(self.link.schema(), &name);
-        let listener = self.link.listen(&channel).await?;
-        Ok(Box::new(Notifications { name, listener }))
+        let request = ticket.request;
+        let waiter = Waiter {
+            name: request.name.to_string(),
+            owner: ticket.owner.clone(),
+            limit: i32::try_from(request.limit.max(1)).unwrap_or(i32::MAX),
+            shared: request.mode == Mode::Shared,
+            supersede: request.supersede,
+        };
+        let (direct, view) = self.contender(&ticket.owner, |c| (c.direct, c.view.subscribe()));
+        let looker = Looker::new(Arc::clone(&self.link), waiter, view);
+        Ok(match direct {
+            true => Box::new(Listening::new(Arc::clone(&self.link), looker)),
+            false => {
+                crate::debug!(
+                    "connected through a pooler (the startup options did not reach the server): following the line by looking, not listening"
+                );
+                Box::new(Looking(looker))
+            }
+        })
     }
 
     fn lease(&self, ticket: &Ticket<'_>, taken: Taken, sent_at: BootInstant) -> Box<dyn Lease> {
-        let name = ticket.request.name.to_string();
-        let channel = schema::channel(self.link.schema(), &name);
+        let row_slot = self
+            .forget(&ticket.owner)
+            .and_then(|c| c.row_slot)
+            .unwrap_or_else(|| i32::try_from(taken.slot).unwrap_or(0));
         Box::new(PostgresLease::new(
             Arc::clone(&self.link),
-            name,
-            channel,
+            ticket.request.name.to_string(),
+            row_slot,
             ticket.owner.clone(),
             Grant {
                 token: taken.token,
@@ -234,12 +284,10 @@ impl Line for Postgres {
 
     async fn claim_interval(
         &self,
-        _name: &LockName,
-        _interval: Duration,
+        name: &LockName,
+        interval: Duration,
     ) -> Result<IntervalClaim, BackendError> {
-        Err(BackendError::Unsupported(
-            "--min-interval is not available on this backend yet".into(),
-        ))
+        inspect::claim_interval(&self.link, name, interval).await
     }
 
     async fn server_time(&self) -> Result<Option<std::time::SystemTime>, BackendError> {

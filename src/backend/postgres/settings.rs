@@ -25,8 +25,9 @@
 //! Every connection also asks the server (through the startup `options`) for
 //! `statement_timeout`, `lock_timeout` and `idle_in_transaction_session_timeout`, so a statement
 //! or transaction abandoned by a lockrun that was paused or cut off never holds a row lock for
-//! long. Behind PgBouncer, list `options` in its `ignore_startup_parameters` (the client-side
-//! deadlines still apply).
+//! long (and [`super::link`] adds a random `lockrun.session` setting, by which the server-side
+//! functions tell a direct connection from a pooled one). Behind PgBouncer, list `options` in its
+//! `ignore_startup_parameters` (the client-side deadlines still apply).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -1,0 +1,108 @@
+//! [`Failure`]: what went wrong talking to PostgreSQL, in lockrun's words — one line, no
+//! password, with the fix where users hit the same wall again and again (PgBouncer refusing
+//! lockrun's startup options, a second database user locked out of the schema) — and whether the
+//! server, or PgBouncer in front of it, turned the connection away for lack of room: a full
+//! server clears by itself, so a contender rides it out within its `--wait`.
+
+use tokio_postgres::error::SqlState;
+
+use crate::backend::BackendError;
+use crate::messages::fragment;
+
+/// PgBouncer's answer when its own `max_client_conn` is reached (SQLSTATE 08P01).
+const POOLER_FULL: &str = "no more connections allowed";
+
+/// A failed request.
+#[derive(Debug)]
+pub struct Failure {
+    pub error: BackendError,
+    /// The server (or the pooler) had no connection to spare.
+    pub crowded: bool,
+}
+
+impl From<Failure> for BackendError {
+    fn from(failure: Failure) -> Self {
+        failure.error
+    }
+}
+
+impl Failure {
+    /// A failure that is not about room on the server.
+    pub fn plain(error: BackendError) -> Self {
+        Failure {
+            error,
+            crowded: false,
+        }
+    }
+}
+
+/// Whether `e` says the server (or PgBouncer) has no connection to spare.
+pub fn crowded(e: &tokio_postgres::Error) -> bool {
+    e.as_db_error().is_some_and(|db| {
+        *db.code() == SqlState::TOO_MANY_CONNECTIONS || db.message().contains(POOLER_FULL)
+    })
+}
+
+/// `e` as a message fragment: the server's message (with a hint when one is known), or the
+/// client's error and its cause; every secret scrubbed, on one line.
+pub fn reason(e: &tokio_postgres::Error, schema: &str, secrets: &[String]) -> String {
+    let text = match e.as_db_error() {
+        Some(db) => {
+            let message = db.message();
+            let hint = hint(db.code(), message, schema);
+            format!("server error: {message}{hint}")
+        }
+        None => match std::error::Error::source(e) {
+            Some(cause) => format!("{e}: {cause}"),
+            None => e.to_string(),
+        },
+    };
+    fragment(&text, secrets)
+}
+
+/// The fix for a message users are known to meet, as a tail to append.
+fn hint(code: &SqlState, message: &str, schema: &str) -> String {
+    if message.contains("startup parameter") && message.contains("options") {
+        return " (behind PgBouncer, list options in its ignore_startup_parameters, e.g. \
+                ignore_startup_parameters = extra_float_digits,options)"
+            .to_owned();
+    }
+    if *code == SqlState::INSUFFICIENT_PRIVILEGE && message.contains("schema") {
+        return format!(
+            " (the schema {schema} belongs to another database user: have its owner grant this \
+             user USAGE on it and the right to use its tables and functions, or pass \
+             ?lockrun_schema=NAME for a schema of this user's own; only lockruns sharing a \
+             schema exclude each other)"
+        );
+    }
+    if *code == SqlState::TOO_MANY_CONNECTIONS || message.contains(POOLER_FULL) {
+        return " (the server has no connection to spare)".to_owned();
+    }
+    String::new()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn known_walls_carry_their_fix() {
+        let options = hint(
+            &SqlState::PROTOCOL_VIOLATION,
+            "unsupported startup parameter: options",
+            "lockrun",
+        );
+        assert!(options.contains("ignore_startup_parameters"), "{options}");
+        let schema = hint(
+            &SqlState::INSUFFICIENT_PRIVILEGE,
+            "permission denied for schema lockrun",
+            "lockrun",
+        );
+        assert!(schema.contains("?lockrun_schema="), "{schema}");
+        assert!(!schema.contains('\n'));
+        assert_eq!(
+            hint(&SqlState::UNDEFINED_TABLE, "relation x does not exist", "l"),
+            ""
+        );
+    }
+}

@@ -1,0 +1,127 @@
+//! The `postgres://` backend behind a real PgBouncer in transaction pooling, beyond the
+//! conformance suite that also runs there: clients turned away by PgBouncer are waited out,
+//! handoffs take milliseconds although `LISTEN` cannot work through it, 300 lockruns hold at
+//! once on a server that allows 60 connections, and PgBouncer refusing lockrun's startup options
+//! is met with the setting that fixes it.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use crate::support::asserts::{assert_hidden, assert_one_line};
+use crate::support::fixture::Fixture;
+use crate::support::lockrun::{Proc, lockrun, output};
+use crate::support::pgbouncer::{Options, Pooled};
+use crate::support::scene::Scene;
+use crate::support::wait::{SOON, code, number_in, text, wait_until};
+
+#[test]
+fn pgbouncer_turning_clients_away_is_waited_out_too() {
+    let pooled = Pooled::with(Options {
+        max_client_conn: 1,
+        ..Options::default()
+    });
+    let s = Scene::new(pooled.url());
+    let mut holder = s.hold("full", "h", &[]);
+    let out = s.run(["--name", "full", "--no-wait", "--", "touch", "ran"]);
+    assert_one_line(&out, 69, "no more connections allowed");
+    let mut waiter = s.spawn([
+        "-v", "--name", "full", "--wait", "30s", "--", "touch", "ran",
+    ]);
+    let retried = wait_until(SOON, || waiter.stderr_so_far().contains("trying again in"));
+    assert!(retried, "never turned away: {}", waiter.stderr_so_far());
+    assert_eq!(code(&holder.finish()), 0);
+    let out = waiter.wait(SOON);
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    assert!(s.path("ran").exists());
+}
+
+#[test]
+fn handoffs_behind_pgbouncer_take_milliseconds_not_a_recheck() {
+    let pooled = Pooled::start();
+    let s = Scene::new(pooled.url());
+    let mut gaps = Vec::new();
+    for i in 0..8 {
+        let script = format!(
+            "touch h{i}.held; while [ ! -e h{i}.go ]; do sleep 0.01; done; \
+             exec date +%s%N > h{i}.end"
+        );
+        let mut holder = s.spawn(["--name", "ho", "--", "sh", "-c", &script]);
+        let held = wait_until(SOON, || s.path(&format!("h{i}.held")).exists());
+        assert!(held, "{}", holder.stderr_so_far());
+        let start = format!("date +%s%N > w{i}.start");
+        let mut waiter = s.spawn(["--name", "ho", "--wait", "30s", "--", "sh", "-c", &start]);
+        s.wait_waiters("ho", 1);
+        std::fs::write(s.path(&format!("h{i}.go")), "").unwrap();
+        for run in [&mut holder, &mut waiter] {
+            let out = run.wait(SOON);
+            assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+        }
+        let end = number_in(&s.path(&format!("h{i}.end")));
+        let start = number_in(&s.path(&format!("w{i}.start")));
+        gaps.push(Duration::from_nanos(start.saturating_sub(end)));
+    }
+    gaps.sort();
+    let median = gaps[gaps.len() / 2];
+    // Without a wake-up through PgBouncer, a waiter finds out at its one-second re-check.
+    assert!(
+        median < Duration::from_millis(500),
+        "handoffs behind PgBouncer: {gaps:?}"
+    );
+}
+
+#[test]
+fn three_hundred_lockruns_hold_at_once_behind_pgbouncer() {
+    // The test server allows 60 connections; PgBouncer shares 20 of them among 300 lockruns.
+    let pooled = Pooled::start();
+    let s = Scene::new(pooled.url());
+    let mut holders: Vec<Proc> = (0..300)
+        .map(|i| {
+            let name = format!("many/{i}");
+            let script = format!("touch started.{i}; read nothing || true");
+            let mut cmd = s.cmd(["--name", &name, "--wait", "60s", "--", "sh", "-c", &script]);
+            cmd.stdin(Stdio::piped());
+            Proc::spawn(&mut cmd)
+        })
+        .collect();
+    let held = || {
+        (0..300)
+            .filter(|i| s.path(&format!("started.{i}")).exists())
+            .count()
+    };
+    if !wait_until(Duration::from_secs(60), || held() == 300) {
+        let ended: Vec<String> = holders
+            .iter_mut()
+            .filter_map(|h| h.exited().then(|| text(&h.wait(SOON).stderr)))
+            .take(5)
+            .collect();
+        panic!(
+            "only {} of 300 held at once; some that ended: {ended:?}; pgbouncer said:\n{}",
+            held(),
+            pooled.bouncer.log()
+        );
+    }
+    assert_eq!(s.list(&["many/"]).as_array().unwrap().len(), 300);
+    for holder in &mut holders {
+        drop(holder.take_stdin());
+    }
+    for holder in &mut holders {
+        let out = holder.wait(Duration::from_secs(60));
+        assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    }
+}
+
+#[test]
+fn pgbouncer_refusing_the_startup_options_names_the_fix() {
+    let pooled = Pooled::with(Options {
+        ignore_options: false,
+        ..Options::default()
+    });
+    let url = format!(
+        "postgres://postgres:pw-5150@127.0.0.1:{}/postgres",
+        pooled.bouncer.port()
+    );
+    let out = output(lockrun().args(["--backend", &url, "--name", "x", "--", "true"]));
+    let line = assert_one_line(&out, 69, "unsupported startup parameter");
+    assert!(line.contains("ignore_startup_parameters"), "{line}");
+    assert_hidden(&line, &["pw-5150"]);
+}

@@ -1,0 +1,240 @@
+//! A real PgBouncer per test, in front of the test's own PostgreSQL server: transaction pooling
+//! on a free loopback port, its configuration and log in a temporary directory, run as the
+//! server's user when the tests run as root (PgBouncer refuses to run as root), ready when a
+//! query through it answers (polled, never a fixed sleep), killed on drop. [`Pooled`] is the pair
+//! as one [`Fixture`], so the conformance suite runs behind PgBouncer too.
+
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use nix::unistd::User;
+
+use super::fixture::{Counter, Fixture, free_port};
+use super::postgres_server::{PgServer, SUPERUSER};
+use super::proxy::Proxy;
+use super::wait::wait_until;
+
+/// How a PgBouncer is configured.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// `max_client_conn`: client connections PgBouncer accepts.
+    pub max_client_conn: u32,
+    /// `default_pool_size`: server connections per user and database.
+    pub pool_size: u32,
+    /// Whether `options` is in `ignore_startup_parameters` (as lockrun's README says it must).
+    pub ignore_options: bool,
+    /// The superuser's password, which PgBouncer then checks (SCRAM) and gives the server; no
+    /// password means trust.
+    pub password: Option<String>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            max_client_conn: 500,
+            pool_size: 20,
+            ignore_options: true,
+            password: None,
+        }
+    }
+}
+
+/// A running `pgbouncer` owned by one test.
+pub struct PgBouncer {
+    port: u16,
+    dir: tempfile::TempDir,
+    child: Child,
+}
+
+impl PgBouncer {
+    /// Transaction pooling in front of `server`, configured as lockrun's README says (with the
+    /// [`Options`] a test changes).
+    pub fn with(server: &PgServer, options: Options) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let owner = run_as();
+        if let Some(user) = &owner {
+            nix::unistd::chown(dir.path(), Some(user.uid), Some(user.gid)).expect("chown");
+        }
+        // PgBouncer's trust still wants every user listed.
+        let password = options.password.as_deref().unwrap_or_default();
+        std::fs::write(
+            dir.path().join("users.txt"),
+            format!("\"{SUPERUSER}\" \"{password}\"\n\"app\" \"\"\n\"other\" \"\"\n"),
+        )
+        .expect("users.txt");
+        let auth = match options.password {
+            Some(_) => "scram-sha-256",
+            None => "trust",
+        };
+        for _ in 0..5 {
+            let port = free_port();
+            let ini = dir.path().join("pgbouncer.ini");
+            let ignored = match options.ignore_options {
+                true => "extra_float_digits,options",
+                false => "extra_float_digits",
+            };
+            std::fs::write(
+                &ini,
+                format!(
+                    "[databases]\n* = host=127.0.0.1 port={server_port}\n\n[pgbouncer]\n\
+                     listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n\
+                     auth_type = {auth}\nauth_file = {users}\npool_mode = transaction\n\
+                     max_client_conn = {max}\ndefault_pool_size = {pool}\n\
+                     ignore_startup_parameters = {ignored}\nlogfile = {log}\n",
+                    server_port = server.port(),
+                    users = dir.path().join("users.txt").display(),
+                    max = options.max_client_conn,
+                    pool = options.pool_size,
+                    log = dir.path().join("pgbouncer.log").display(),
+                ),
+            )
+            .expect("pgbouncer.ini");
+            std::fs::set_permissions(&ini, std::fs::Permissions::from_mode(0o644)).unwrap();
+            let mut cmd = Command::new(program());
+            cmd.arg(&ini)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .process_group(0);
+            if let Some(user) = &owner {
+                cmd.uid(user.uid.as_raw()).gid(user.gid.as_raw());
+            }
+            let mut child = cmd
+                .spawn()
+                .expect("spawn pgbouncer (apt-get install pgbouncer)");
+            let psql = server.bin().join("psql");
+            let ready = wait_until(Duration::from_secs(10), || {
+                if child.try_wait().ok().flatten().is_some() {
+                    return true;
+                }
+                Command::new(&psql)
+                    .args(["-X", "-q", "-A", "-t", "-h", "127.0.0.1"])
+                    .args(["-p", &port.to_string(), "-U", SUPERUSER, "-d", "postgres"])
+                    .args(["-c", "SELECT 1"])
+                    .env("PGPASSWORD", password)
+                    .env_remove("PGOPTIONS")
+                    .output()
+                    .is_ok_and(|out| out.status.success())
+            });
+            if ready && child.try_wait().ok().flatten().is_none() {
+                return PgBouncer { port, dir, child };
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        panic!(
+            "pgbouncer did not start; log:\n{}",
+            std::fs::read_to_string(dir.path().join("pgbouncer.log")).unwrap_or_default()
+        );
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// What PgBouncer logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("pgbouncer.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for PgBouncer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `pgbouncer`, which Debian installs in /usr/sbin (not on every user's PATH).
+fn program() -> PathBuf {
+    let sbin = PathBuf::from("/usr/sbin/pgbouncer");
+    match sbin.exists() {
+        true => sbin,
+        false => PathBuf::from("pgbouncer"),
+    }
+}
+
+/// The user to run PgBouncer as: `postgres` (or `nobody`) when running as root, else ourselves.
+fn run_as() -> Option<User> {
+    if !nix::unistd::geteuid().is_root() {
+        return None;
+    }
+    ["postgres", "nobody"]
+        .into_iter()
+        .find_map(|name| User::from_name(name).ok().flatten())
+}
+
+/// A PostgreSQL server with a PgBouncer in front: lockrun is given PgBouncer's URL.
+pub struct Pooled {
+    // Declared first: dropped (killed) before the server behind it.
+    pub bouncer: PgBouncer,
+    pub server: PgServer,
+}
+
+impl Pooled {
+    /// PgBouncer, configured with `options`, in front of a fresh server (with the password
+    /// there too, if the options have one).
+    pub fn with(options: Options) -> Self {
+        let server = match &options.password {
+            Some(password) => PgServer::with_password(password).expect("postgres has passwords"),
+            None => PgServer::start(),
+        };
+        Pooled {
+            bouncer: PgBouncer::with(&server, options),
+            server,
+        }
+    }
+}
+
+/// The server's capabilities, reached through PgBouncer: the faults hit the server behind it
+/// (PgBouncer keeps its clients' connections while the server goes away and comes back), and the
+/// fault proxy sits between lockrun and PgBouncer.
+impl Fixture for Pooled {
+    fn start() -> Self {
+        Self::with(Options::default())
+    }
+
+    fn with_password(password: &str) -> Option<Self> {
+        Some(Self::with(Options {
+            password: Some(password.to_owned()),
+            ..Options::default()
+        }))
+    }
+
+    fn url(&self) -> String {
+        self.server.url_on(self.bouncer.port())
+    }
+
+    fn url_at(authority: &str) -> String {
+        PgServer::url_at(authority)
+    }
+
+    fn proxied(&self) -> Option<(Proxy, String)> {
+        Some(Proxy::in_front_of(self.bouncer.port(), |port| {
+            self.server.url_on(port)
+        }))
+    }
+
+    fn kill(&mut self) {
+        self.server.kill();
+    }
+
+    fn pause(&self) {
+        self.server.pause();
+    }
+
+    fn resume(&self) {
+        self.server.resume();
+    }
+
+    fn restart(&mut self, wipe: bool) {
+        self.server.restart(wipe);
+    }
+
+    fn counter(&self, name: &str) -> Counter {
+        self.server.counter(name)
+    }
+}
