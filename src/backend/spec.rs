@@ -17,7 +17,7 @@ use super::{Backend, BackendError, etcd, file, postgres, redis};
 pub use super::url::redact;
 
 /// The schemes lockrun knows, for messages.
-const SCHEMES: &str = "file, redis, rediss, etcd, postgres or postgresql";
+const SCHEMES: &str = "file, redis, rediss, etcd, postgres, postgresql or dynamodb";
 
 /// What every backend's settings offer, once parsed.
 #[async_trait]
@@ -56,6 +56,9 @@ pub enum BackendSpec {
     Etcd(Box<etcd::Settings>),
     /// A PostgreSQL server.
     Postgres(Box<postgres::Settings>),
+    /// A DynamoDB table.
+    #[cfg(feature = "dynamodb")]
+    Dynamodb(Box<super::dynamodb::Settings>),
 }
 
 impl BackendSpec {
@@ -74,6 +77,15 @@ impl BackendSpec {
             Some("postgres" | "postgresql") => {
                 postgres::Settings::parse(raw).map(|s| BackendSpec::Postgres(Box::new(s)))
             }
+            #[cfg(feature = "dynamodb")]
+            Some("dynamodb") => {
+                super::dynamodb::Settings::parse(raw).map(|s| BackendSpec::Dynamodb(Box::new(s)))
+            }
+            #[cfg(not(feature = "dynamodb"))]
+            Some("dynamodb") => Err(
+                "this lockrun was built without the dynamodb backend (cargo feature dynamodb)"
+                    .to_owned(),
+            ),
             Some(other) => {
                 // A scheme of no backend: how it writes credentials is unknown, so nothing after
                 // it shows.
@@ -100,6 +112,8 @@ impl BackendSpec {
             BackendSpec::Redis(s) => &**s,
             BackendSpec::Etcd(s) => &**s,
             BackendSpec::Postgres(s) => &**s,
+            #[cfg(feature = "dynamodb")]
+            BackendSpec::Dynamodb(s) => &**s,
         }
     }
 
