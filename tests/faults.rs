@@ -691,4 +691,22 @@ mod proxy_faults {
         // One-shot, and only that connection.
         assert_eq!(ask(&mut connect(&proxy), b"two"), Ok(b"two".to_vec()));
     }
+
+    #[test]
+    fn an_answered_request_never_reaches_the_server_and_its_connection_closes() {
+        let (server, proxy, mut stream) = echo_through_proxy();
+        let answered = proxy.answer_instead(b"busy", b"NO", 1);
+        assert_eq!(ask(&mut stream, b"one"), Ok(b"one".to_vec()));
+        stream.write_all(b"busy?").unwrap();
+        let mut reply = Vec::new();
+        stream.set_read_timeout(Some(SOON)).unwrap();
+        stream
+            .read_to_end(&mut reply)
+            .expect("the answer, then the close");
+        assert_eq!(reply, b"NO");
+        assert!(answered.fired().is_some());
+        assert_eq!(*server.received.lock().unwrap(), b"one");
+        // One request per armed answer: the next one goes through.
+        assert_eq!(ask(&mut connect(&proxy), b"busy!"), Ok(b"busy!".to_vec()));
+    }
 }
