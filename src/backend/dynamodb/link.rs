@@ -19,7 +19,7 @@ use aws_sdk_dynamodb::config::interceptors::BeforeDeserializationInterceptorCont
 use aws_sdk_dynamodb::config::retry::RetryConfig;
 use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
 use aws_sdk_dynamodb::config::{ConfigBag, Intercept, Region, RuntimeComponents};
-use aws_sdk_dynamodb::error::{BoxError, DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::error::{BoxError, ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::primitives::{DateTime, DateTimeFormat};
 use aws_smithy_http_client::tls::{Provider, TlsContext, TrustStore, rustls_provider::CryptoMode};
 
@@ -277,7 +277,7 @@ where
         "" => {}
         _ => return Failure::Refused { code, message },
     }
-    let text = fragment(&DisplayErrorContext(&e).to_string(), &[]);
+    let text = fragment(&chain(&e), &[]);
     match e {
         SdkError::DispatchFailure(_) | SdkError::TimeoutError(_) => Failure::Unanswered(text),
         // An HTTP answer that is not DynamoDB's: something else listens there.
@@ -287,6 +287,20 @@ where
         },
         _ => Failure::Unanswered(text),
     }
+}
+
+/// An error and its causes, `: `-separated, each said once.
+fn chain(e: &(dyn StdError + 'static)) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut next = Some(e);
+    while let Some(e) = next {
+        let text = e.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        next = e.source();
+    }
+    parts.join(": ")
 }
 
 /// The server's latest `Date`, and when it was read by the boot clock.
