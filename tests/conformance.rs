@@ -70,3 +70,4 @@ conformance!(redis, crate::support::redis_server::RedisServer);
 conformance!(etcd, crate::support::etcd_cluster::Etcd<1>);
 conformance!(etcd_cluster, crate::support::etcd_cluster::Etcd<3>);
 conformance!(postgres, crate::support::postgres_server::PgServer);
+conformance!(dynamodb, crate::support::dynalite_server::Dynalite);
