@@ -1,4 +1,4 @@
-//! Fault drills for the networked backends (Redis, etcd, PostgreSQL), through the fault proxy of
+//! Fault drills for the networked backends (Redis, etcd, PostgreSQL, DynamoDB), through the fault proxy of
 //! `support::proxy`, against real servers started per test, driving the real `lockrun` binary.
 //!
 //! One test per backend and drill:
@@ -26,6 +26,7 @@ use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::support::dynalite_server::Dynalite;
 use crate::support::etcd_cluster::Etcd;
 use crate::support::fixture::Fixture;
 use crate::support::holder::Holder;
@@ -114,6 +115,28 @@ impl Wire for PgServer {
 
     fn release_request(&self, _name: &str, _holder: &Holder) -> Vec<u8> {
         b"AND slot = $2 AND owner = $3 RETURNING name".to_vec()
+    }
+}
+
+impl Wire for Dynalite {
+    fn warm_up(&self, s: &Scene) {
+        // Creates the table: a first request on a fresh server finds none.
+        let out = s.run(["--name", "warm-up", "--", "true"]);
+        assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    }
+
+    // Every request is one UpdateItem whose expression says what it is (`src/backend/dynamodb`).
+    /// The claim of slot 0 names its token attribute; nothing is sent before it.
+    fn acquire_request(&self, _name: &str) -> Vec<u8> {
+        b"\"t_x0\"".to_vec()
+    }
+
+    fn renew_request(&self, _name: &str, _holder: &Holder) -> Vec<u8> {
+        b"SET #a0.#a1 = :v0, #a0.#a2 = :v1".to_vec()
+    }
+
+    fn release_request(&self, _name: &str, _holder: &Holder) -> Vec<u8> {
+        b"SET #a2 = #a2 - :v1 REMOVE #a0, #a1".to_vec()
     }
 }
 
@@ -538,6 +561,7 @@ macro_rules! drills {
 drills!(on_redis, RedisServer);
 drills!(on_etcd, Etcd<1>);
 drills!(on_postgres, PgServer);
+drills!(on_dynamodb, Dynalite);
 
 /// The proxy's faults, against a local echo server that records what it received.
 mod proxy_faults {

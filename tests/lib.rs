@@ -3,7 +3,7 @@
 //!
 //! - [`conformance`]: the contract's scenarios, written once and run on every backend;
 //! - one module per backend for what only that backend has ([`file_backend`], [`redis`],
-//!   [`etcd`], [`postgres`]);
+//!   [`etcd`], [`postgres`], [`dynamodb`]);
 //! - [`faults`]: lost acknowledgements, late releases, delays and resets through a fault proxy;
 //! - [`readme`]: README.md's examples, run as written;
 //! - [`cli`], [`hostile_input`]: usage errors and fuzzed input; [`process`]: the command's life
@@ -17,6 +17,7 @@ mod cli;
 mod clocks;
 mod conformance;
 mod drill;
+mod dynamodb;
 mod etcd;
 mod faults;
 mod file_backend;
