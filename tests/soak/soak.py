@@ -2,7 +2,7 @@
 """Chaos soak: W workers loop lockrun on ONE name while a chaos loop injects faults; a checker
 (check.py, next to this script) then proves the invariants on the log.
 
-Per backend (file, redis, etcd, postgres; the servers are started by this script on free
+Per backend (file, redis, etcd, postgres, dynamodb; the servers are started by this script on free
 loopback ports in a temporary directory, as the benchmarks in bench/ do):
 
   * W workers (default 6) each loop `lockrun --backend URL --name soak --ttl T -- SECTION`.
@@ -30,7 +30,8 @@ loopback ports in a temporary directory, as the benchmarks in bench/ do):
   * After every lockrun exits, its worker checks /proc for processes of the child's group that are
     still alive (and not dying).
 
-Run (Python 3.11 standard library only, Linux only; bash, redis-server, etcd, PostgreSQL):
+Run (Python 3.11 standard library only, Linux only; bash, redis-server, etcd, PostgreSQL, and
+dynalite as scripts/test.sh installs it):
 
     python3 tests/soak/soak.py                     # all backends, 60 s each, cargo build --release
     python3 tests/soak/soak.py --backend redis --seconds 30 --bin target/debug/lockrun
@@ -71,7 +72,7 @@ import benchlib  # noqa: E402
 import check as soak_check  # noqa: E402
 from benchlib import Broken  # noqa: E402
 
-BACKENDS = ["file", "redis", "etcd", "postgres"]
+BACKENDS = ["file", "redis", "etcd", "postgres", "dynamodb"]
 NAME = "soak"
 TTL = "1s"  # requested lease (etcd raises it to its minimum, 2 s); --ttl
 CI_TTL = "2s"  # --ci: more slack for a loaded CI machine (a lockrun starved past its lease
@@ -92,7 +93,7 @@ GAP = (0.2, 1.0)  # seconds between faults afterwards
 def fault_mix(networked: bool) -> list[tuple[str, int]]:
     """The fault kinds (with weights) for a backend: no server faults without a server."""
     return [(kind, weight) for kind, weight in FAULTS if networked or kind not in SERVER_FAULTS]
-CI_SECONDS = 10  # per backend with --ci (4 backends: 40 s of soak, plus start-up and drain)
+CI_SECONDS = 10  # per backend with --ci (5 backends: 50 s of soak, plus start-up and drain)
 
 SECTION = r"""# lockrun soak critical section (bash). Args: RUN LOG STORE_PORT WORK_SECONDS
 run=$1 log=$2 tok=$FENCING_TOKEN
@@ -209,6 +210,10 @@ class Backend:
 
     def start(self) -> None:
         raise NotImplementedError
+
+    def environment(self, base: dict[str, str]) -> dict[str, str]:
+        """The environment lockrun runs with against this backend."""
+        return base
 
     def stop(self) -> None:
         proc = getattr(self, "proc", None)
@@ -370,8 +375,29 @@ class PostgresBackend(Backend):
         self.wait_ready(self.ready, f"postgres on port {self.port}")
 
 
+class DynamodbBackend(Backend):
+    kind = "dynamodb"
+
+    def __init__(self, tmp: Path):
+        self.port = benchlib.free_port()
+        self.data = tmp / "dynalite"
+        self.log = open(tmp / "dynalite.log", "ab")
+        self.proc = None
+
+    def url(self) -> str:
+        return f"dynamodb://locks?endpoint=http://127.0.0.1:{self.port}"
+
+    def environment(self, base: dict[str, str]) -> dict[str, str]:
+        return benchlib.local_aws_env(base)
+
+    def start(self) -> None:
+        # The LevelDB store survives a restart (a SIGKILL loses nothing written).
+        self.proc = benchlib.start_dynalite(self.port, self.data, self.log)
+        self.wait_ready(lambda: benchlib.accepts(self.port), f"dynalite on port {self.port}")
+
+
 BACKEND_CLASSES = {"file": FileBackend, "redis": RedisBackend, "etcd": EtcdBackend,
-                   "postgres": PostgresBackend}
+                   "postgres": PostgresBackend, "dynamodb": DynamodbBackend}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -480,7 +506,7 @@ class Soak:
         self.fault_count: Counter = Counter()
         self.section = logdir / "section.sh"
         self.section.write_text(SECTION)
-        self.env = dict(benchlib.ENV, LC_ALL="C")
+        self.env = backend.environment(dict(benchlib.ENV, LC_ALL="C"))
         self.ttl_ms = 0
         self.errors: list[str] = []
         self.resumers: list[threading.Thread] = []
@@ -803,7 +829,7 @@ def main() -> int:
     ap.add_argument("--backend", default="all", choices=BACKENDS + ["all"])
     ap.add_argument("--seconds", type=float, default=60.0, help="per backend (default 60)")
     ap.add_argument("--ci", action="store_true",
-                    help=f"CI preset: {CI_SECONDS} s per backend (under 60 s for all four)")
+                    help=f"CI preset: {CI_SECONDS} s per backend (about a minute for all five)")
     ap.add_argument("--workers", type=int, default=6)
     ap.add_argument("--ttl", help=f"requested lease (default {TTL}; {CI_TTL} with --ci)")
     ap.add_argument("--bin", metavar="PATH", help="lockrun binary (default: a release build)")
@@ -817,7 +843,8 @@ def main() -> int:
     backends = BACKENDS if args.backend == "all" else [args.backend]
 
     benchlib.scrub_env("PG")
-    needs = {"file": [], "redis": ["redis-server"], "etcd": ["etcd"], "postgres": []}
+    needs = {"file": [], "redis": ["redis-server"], "etcd": ["etcd"], "postgres": [],
+             "dynamodb": ["node"]}
     benchlib.require(["bash", "sleep"] + [p for b in backends for p in needs[b]])
     binary = benchlib.lockrun_binary(args.bin)
 
