@@ -39,7 +39,9 @@ pub struct Cli {
     /// Backend URL: file:///DIR (one host, no server), redis://[USER:PASS@]HOST[:PORT][/DB],
     /// rediss://… (TLS), etcd://[USER:PASS@]HOST:PORT[,HOST:PORT…][?cacert=CA.pem] (TLS with
     /// cacert, plus cert= and key= for client certificates), postgres://… or postgresql://…
-    /// (sslmode=require for TLS; lockrun_schema=NAME picks the schema of lockrun's tables)
+    /// (sslmode=require for TLS; lockrun_schema=NAME picks the schema of lockrun's tables),
+    /// dynamodb://TABLE[?region=R&endpoint=URL&create=false] (AWS credentials from the standard
+    /// chain: environment, AWS_PROFILE, SSO, instance role; the table is created on first use)
     ///
     /// Default: file:// with a per-user state directory that survives reboots (/var/lib/lockrun for
     /// root, else $XDG_STATE_HOME/lockrun or ~/.local/state/lockrun). Passwords in the URL are never
