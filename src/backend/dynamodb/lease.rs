@@ -3,6 +3,9 @@
 //! brings back a seat that was taken over or broken, and a late release never removes the next
 //! holder. The token counter is never touched.
 //!
+//! Releasing also deletes the ticket item a run that waited stood in line with (a write, after the
+//! release, so it never delays the next holder).
+//!
 //! A renewal counts from when it was sent, as everywhere (the supervisor's deadline), and has its
 //! own deadline within which the SDK's retries (throttling included) must fit. DynamoDB cannot
 //! push anything: `release --force` reaches a holder at its next renewal, at most `--renew`
@@ -26,16 +29,26 @@ pub struct DynamoLease {
     name: LockName,
     seat: Seat,
     owner: String,
+    /// The ticket this run waited with, whose item is deleted after the release.
+    ticket: Option<u64>,
     grant: Grant,
 }
 
 impl DynamoLease {
-    pub fn new(link: Arc<Link>, name: LockName, seat: Seat, owner: String, grant: Grant) -> Self {
+    pub fn new(
+        link: Arc<Link>,
+        name: LockName,
+        seat: Seat,
+        owner: String,
+        ticket: Option<u64>,
+        grant: Grant,
+    ) -> Self {
         DynamoLease {
             link,
             name,
             seat,
             owner,
+            ticket,
             grant,
         }
     }
@@ -142,6 +155,15 @@ impl Lease for DynamoLease {
             .map_err(|f| self.link.error(f))?;
         if !released {
             crate::info!("the lease was no longer this run's; nothing to release");
+        }
+        if let Some(ticket) = self.ticket
+            && let Err(f) =
+                super::queue::forget(&self.link, &self.name, ticket, Some(&self.owner)).await
+        {
+            crate::debug!(
+                "cannot delete the ticket this run waited with ({})",
+                self.link.error(f)
+            );
         }
         Ok(())
     }

@@ -64,6 +64,8 @@ struct Waiting {
     watched: Option<BootInstant>,
     /// A seat a claim may have taken although its answer never came.
     unanswered: Option<Seat>,
+    /// The ticket a claim in turn used: out of the line, its item is deleted on release.
+    served: Option<u64>,
     /// Places ahead of this waiter at the last look, for the doorbell.
     place: Arc<AtomicU64>,
 }
@@ -130,7 +132,7 @@ impl Dynamo {
             .await?
             {
                 w.unanswered = None;
-                self.out_of_line(w, request);
+                self.out_of_line(w);
                 return Ok(taken(mine.token, seat, &c));
             }
         }
@@ -197,7 +199,7 @@ impl Dynamo {
             if let Some(plan) = claim::plan(&lock, &c, &w.holders, now)
                 && let Some(token) = self.claim(w, &c, &plan, Turn::Ticket(mine)).await?
             {
-                self.out_of_line(w, request);
+                self.out_of_line(w);
                 return Ok(taken(token, plan.seat, &c));
             }
         } else if mine - lock.serving <= WATCHERS {
@@ -235,16 +237,10 @@ impl Dynamo {
         Ok(())
     }
 
-    /// After a claim in turn: the ticket item is deleted in the background (it is out of the
-    /// line already: the claim moved the head on).
-    fn out_of_line(&self, w: &mut Waiting, request: &crate::backend::AcquireRequest) {
-        if let Some(ticket) = w.ticket.take() {
-            let link = Arc::clone(&self.link);
-            let name = request.name.clone();
-            tokio::spawn(async move {
-                let _ = queue::forget(&link, &name, ticket, None).await;
-            });
-        }
+    /// After a claim in turn: the ticket is out of the line (the claim moved the head on); its
+    /// item goes when the lease is released.
+    fn out_of_line(&self, w: &mut Waiting) {
+        w.served = w.ticket.take();
     }
 
     /// The newest `--supersede` waiter's ticket, when it is in line.
@@ -379,13 +375,18 @@ impl Line for Dynamo {
     }
 
     fn lease(&self, ticket: &Ticket<'_>, taken: Taken, sent_at: BootInstant) -> Box<dyn Lease> {
-        self.waits().remove(&ticket.owner);
+        // The try that took the seat has returned: nothing else holds the state's lock.
+        let served = self
+            .waits()
+            .remove(&ticket.owner)
+            .and_then(|state| state.try_lock().ok().and_then(|w| w.served));
         let request = ticket.request;
         Box::new(DynamoLease::new(
             Arc::clone(&self.link),
             request.name.clone(),
             Seat::new(request.mode, taken.slot, &ticket.owner),
             ticket.owner.clone(),
+            served,
             Grant {
                 token: taken.token,
                 slot: taken.slot,
