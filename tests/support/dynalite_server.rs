@@ -146,6 +146,9 @@ fn binary() -> PathBuf {
 }
 
 impl Fixture for Dynalite {
+    /// dynalite is a Node.js server: it answers in milliseconds, but stalls for hundreds on a
+    /// loaded test machine, where a 2 s lease leaves a renewal only 500 ms (as for etcd).
+    const TTL: &'static str = "3s";
     const PUSHED_REVOCATION: bool = false;
 
     fn start() -> Self {

@@ -33,7 +33,8 @@ use crate::name::LockName;
 
 /// How often the head of the line (and the few behind it) look again.
 pub const HEAD_RECHECK: Duration = Duration::from_millis(100);
-/// How many places behind the head (beyond `--limit`) also look every [`HEAD_RECHECK`].
+/// How many places behind the head also look every [`HEAD_RECHECK`]: they are next to claim (one
+/// at a time: only the head may), so a run of readers or a freed semaphore fills up quickly.
 const FAST_BEHIND: u64 = 2;
 /// How many places behind the head watch the waiters ahead for one that died in line.
 const WATCHERS: u64 = 2;
@@ -359,7 +360,7 @@ impl Line for Dynamo {
     async fn doorbell(&self, ticket: &Ticket<'_>) -> Result<Box<dyn Doorbell>, BackendError> {
         let place = Arc::clone(&self.state(&ticket.owner).lock().await.place);
         let request = ticket.request;
-        let fast_within = u64::from(request.limit.clamp(1, 8)) + FAST_BEHIND;
+        let fast_within = 1 + FAST_BEHIND;
         let seed = ticket
             .owner
             .bytes()
