@@ -149,6 +149,44 @@ def clean_env() -> dict[str, str]:
 ENV = clean_env()
 
 
+# The DynamoDB server the tests, the soak and bench/dynamodb.py run (installed by scripts/test.sh
+# with `npm ci` in tools/dynalite).
+DYNALITE = REPO_ROOT / "tools" / "dynalite" / "node_modules" / ".bin" / "dynalite"
+
+
+def local_aws_env(base: dict[str, str]) -> dict[str, str]:
+    """`base` with none of the caller's AWS settings, and instead dummy credentials and a region
+    that a private DynamoDB (dynalite) accepts, and no instance metadata service: nothing but the
+    loopback server is ever asked."""
+    env = {k: v for k, v in base.items() if not k.startswith("AWS_")}
+    env.update(AWS_ACCESS_KEY_ID="lockrun-local", AWS_SECRET_ACCESS_KEY="lockrun-local",
+               AWS_REGION="us-east-1", AWS_EC2_METADATA_DISABLED="true",
+               AWS_CONFIG_FILE="/nonexistent/lockrun/config",
+               AWS_SHARED_CREDENTIALS_FILE="/nonexistent/lockrun/credentials")
+    return env
+
+
+def start_dynalite(port: int, data: Path, log) -> subprocess.Popen:
+    """Starts dynalite on 127.0.0.1:`port` with its LevelDB store in `data` (kept across
+    restarts), in a process group of its own; the caller waits until the port accepts."""
+    if not os.access(DYNALITE, os.X_OK):
+        raise Broken(f"dynalite is not installed at {DYNALITE} (run scripts/test.sh, or "
+                     "npm ci --prefix tools/dynalite)")
+    return subprocess.Popen(
+        [str(DYNALITE), "--host", "127.0.0.1", "--port", str(port), "--path", str(data),
+         "--createTableMs", "100"],
+        stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+
+
+def accepts(port: int) -> bool:
+    """Whether something on 127.0.0.1:`port` accepts a connection."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
 def scrub_env(prefix: str) -> None:
     """Also drops the variables starting with `prefix` from what the tools see (e.g. PG*,
     which would redirect psql)."""

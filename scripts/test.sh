@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs lockrun's whole test suite: style checks, then every unit and integration test.
 # The backend tests start their own servers on free loopback ports; this script installs the server
-# packages first when they are missing (as root, with apt-get), so it works on a fresh machine.
+# packages first when they are missing (as root, with apt-get), so it works on a fresh machine, and
+# dynalite (the tests' DynamoDB, an npm package) into tools/dynalite/node_modules from its lock file.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,6 +22,8 @@ command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
 command -v setpriv >/dev/null 2>&1 || missing+=(util-linux)
 command -v script >/dev/null 2>&1 || missing+=(bsdutils)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 # libfaketime's preload library, wherever the architecture puts it (package libfaketime).
 compgen -G '/usr/lib/*/faketime/libfaketime.so.1' >/dev/null || compgen -G '/usr/lib/faketime/libfaketime.so.1' >/dev/null || missing+=(faketime)
 
@@ -33,6 +36,11 @@ if ((${#missing[@]})); then
     echo "missing: ${missing[*]} — install them (or run this script as root on Debian/Ubuntu)" >&2
     exit 1
   fi
+fi
+
+if [ ! -x tools/dynalite/node_modules/.bin/dynalite ]; then
+  echo "installing dynalite (npm ci in tools/dynalite)"
+  npm ci --prefix tools/dynalite --no-audit --no-fund --loglevel=error
 fi
 
 cargo fmt --all -- --check

@@ -74,3 +74,4 @@ conformance!(postgres_pgbouncer, crate::support::pgbouncer::Pooled);
 conformance!(mysql, crate::support::mysql_server::MySqlServer);
 conformance!(zookeeper, crate::support::zk_ensemble::ZooKeeper<1>);
 conformance!(redlock, crate::support::redlock_servers::RedlockServers<3>);
+conformance!(dynamodb, crate::support::dynalite_server::Dynalite);

@@ -1,5 +1,5 @@
-//! Fault drills for the networked backends (Redis, etcd, PostgreSQL, MySQL, ZooKeeper), through
-//! the fault proxy of
+//! Fault drills for the networked backends (Redis, etcd, PostgreSQL, MySQL, ZooKeeper, DynamoDB),
+//! through the fault proxy of
 //! `support::proxy`, against real servers started per test, driving the real `lockrun` binary.
 //!
 //! One test per backend and drill:
@@ -27,6 +27,7 @@ use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::support::dynalite_server::Dynalite;
 use crate::support::etcd_cluster::Etcd;
 use crate::support::fixture::Fixture;
 use crate::support::holder::Holder;
@@ -145,6 +146,28 @@ impl Wire for MySqlServer {
 
     fn release_request(&self, _name: &str, _holder: &Holder) -> Vec<u8> {
         b"CALL `lockrun_release_v1`(".to_vec()
+    }
+}
+
+impl Wire for Dynalite {
+    fn warm_up(&self, s: &Scene) {
+        // Creates the table: a first request on a fresh server finds none.
+        let out = s.run(["--name", "warm-up", "--", "true"]);
+        assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    }
+
+    // Every request is one UpdateItem whose expression says what it is (`src/backend/dynamodb`).
+    /// The claim of slot 0 names its token attribute; nothing is sent before it.
+    fn acquire_request(&self, _name: &str) -> Vec<u8> {
+        b"\"t_x0\"".to_vec()
+    }
+
+    fn renew_request(&self, _name: &str, _holder: &Holder) -> Vec<u8> {
+        b"SET #a0.#a1 = :v0, #a0.#a2 = :v1".to_vec()
+    }
+
+    fn release_request(&self, _name: &str, _holder: &Holder) -> Vec<u8> {
+        b"SET #a2 = #a2 - :v1 REMOVE #a0, #a1".to_vec()
     }
 }
 
@@ -634,6 +657,7 @@ drills!(on_etcd, Etcd<1>);
 drills!(on_postgres, PgServer);
 drills!(on_mysql, MySqlServer);
 drills!(on_zookeeper, ZooKeeper<1>);
+drills!(on_dynamodb, Dynalite);
 
 /// The proxy's faults, against a local echo server that records what it received.
 mod proxy_faults {
@@ -786,5 +810,23 @@ mod proxy_faults {
         );
         // One-shot, and only that connection.
         assert_eq!(ask(&mut connect(&proxy), b"two"), Ok(b"two".to_vec()));
+    }
+
+    #[test]
+    fn an_answered_request_never_reaches_the_server_and_its_connection_closes() {
+        let (server, proxy, mut stream) = echo_through_proxy();
+        let answered = proxy.answer_instead(b"busy", b"NO", 1);
+        assert_eq!(ask(&mut stream, b"one"), Ok(b"one".to_vec()));
+        stream.write_all(b"busy?").unwrap();
+        let mut reply = Vec::new();
+        stream.set_read_timeout(Some(SOON)).unwrap();
+        stream
+            .read_to_end(&mut reply)
+            .expect("the answer, then the close");
+        assert_eq!(reply, b"NO");
+        assert!(answered.fired().is_some());
+        assert_eq!(*server.received.lock().unwrap(), b"one");
+        // One request per armed answer: the next one goes through.
+        assert_eq!(ask(&mut connect(&proxy), b"busy!"), Ok(b"busy!".to_vec()));
     }
 }

@@ -3,7 +3,8 @@
 //!
 //! - [`conformance`]: the contract's scenarios, written once and run on every backend;
 //! - one module per backend for what only that backend has ([`file_backend`], [`redis`],
-//!   [`redlock`], [`etcd`], [`postgres`] (and [`pgbouncer`] in front of it), [`mysql`], [`zookeeper`]);
+//!   [`redlock`], [`etcd`], [`postgres`] (and [`pgbouncer`] in front of it), [`mysql`], [`zookeeper`],
+//!   [`dynamodb`]);
 //! - [`faults`]: lost acknowledgements, late releases, delays and resets through a fault proxy;
 //! - [`readme`]: README.md's examples, run as written;
 //! - [`cli`], [`hostile_input`]: usage errors and fuzzed input; [`process`]: the command's life
@@ -17,6 +18,7 @@ mod cli;
 mod clocks;
 mod conformance;
 mod drill;
+mod dynamodb;
 mod etcd;
 mod faults;
 mod file_backend;

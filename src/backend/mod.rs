@@ -6,6 +6,8 @@
 //! waiting itself from [`waiting::line::InLine`].
 
 mod api;
+#[cfg(feature = "dynamodb")]
+mod dynamodb;
 mod etcd;
 mod file;
 mod mysql;

@@ -17,7 +17,8 @@ use super::{Backend, BackendError, etcd, file, mysql, postgres, redis, redlock, 
 pub use super::url::redact;
 
 /// The schemes lockrun knows, for messages.
-const SCHEMES: &str = "file, redis, rediss, redlock, etcd, zk, postgres, postgresql or mysql";
+const SCHEMES: &str =
+    "file, redis, rediss, redlock, etcd, zk, postgres, postgresql, mysql or dynamodb";
 
 /// What every backend's settings offer, once parsed.
 #[async_trait]
@@ -62,6 +63,9 @@ pub enum BackendSpec {
     MySql(Box<mysql::Settings>),
     /// A ZooKeeper ensemble.
     ZooKeeper(Box<zookeeper::Settings>),
+    /// A DynamoDB table.
+    #[cfg(feature = "dynamodb")]
+    Dynamodb(Box<super::dynamodb::Settings>),
 }
 
 impl BackendSpec {
@@ -87,6 +91,15 @@ impl BackendSpec {
             Some("zk") => {
                 zookeeper::Settings::parse(raw).map(|s| BackendSpec::ZooKeeper(Box::new(s)))
             }
+            #[cfg(feature = "dynamodb")]
+            Some("dynamodb") => {
+                super::dynamodb::Settings::parse(raw).map(|s| BackendSpec::Dynamodb(Box::new(s)))
+            }
+            #[cfg(not(feature = "dynamodb"))]
+            Some("dynamodb") => Err(
+                "this lockrun was built without the dynamodb backend (cargo feature dynamodb)"
+                    .to_owned(),
+            ),
             Some(other) => {
                 // A scheme of no backend: how it writes credentials is unknown, so nothing after
                 // it shows.
@@ -116,6 +129,8 @@ impl BackendSpec {
             BackendSpec::Postgres(s) => &**s,
             BackendSpec::MySql(s) => &**s,
             BackendSpec::ZooKeeper(s) => &**s,
+            #[cfg(feature = "dynamodb")]
+            BackendSpec::Dynamodb(s) => &**s,
         }
     }
 

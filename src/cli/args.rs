@@ -62,7 +62,9 @@ pub struct Cli {
     /// (sslmode=require for TLS; lockrun_schema=NAME picks the schema of lockrun's tables),
     /// mysql://USER[:PASS]@HOST[:PORT]/DB for MySQL 8 or MariaDB 10.6+ (ssl-mode=REQUIRED,
     /// VERIFY_CA or VERIFY_IDENTITY and ssl-ca=PATH for TLS; lockrun_table_prefix=NAME names
-    /// lockrun's tables)
+    /// lockrun's tables),
+    /// dynamodb://TABLE[?region=R&endpoint=URL&create=false] (AWS credentials from the standard
+    /// chain: environment, AWS_PROFILE, SSO, instance role; the table is created on first use)
     ///
     /// Default: file:// with a per-user state directory that survives reboots (/var/lib/lockrun for
     /// root, else $XDG_STATE_HOME/lockrun or ~/.local/state/lockrun). Passwords in the URL are never

@@ -174,7 +174,8 @@ pub fn limit_three_with_ten_waiters_keeps_exactly_three<F: Fixture>() {
     let status = s.wait_waiters("pool", 10);
     assert_eq!(status["holders"].as_array().unwrap().len(), 3, "{status}");
     for mut holder in holders {
-        assert_eq!(code(&holder.finish()), 0);
+        let out = holder.finish();
+        assert_eq!(code(&out), 0, "{}", text(&out.stderr));
     }
     for waiter in &mut waiters {
         let out = waiter.wait(Duration::from_secs(30));

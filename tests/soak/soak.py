@@ -2,8 +2,8 @@
 """Chaos soak: W workers loop lockrun on ONE name while a chaos loop injects faults; a checker
 (check.py, next to this script) then proves the invariants on the log.
 
-Per backend (file, redis, redlock, etcd, postgres, mysql, zk; the servers are started by this script
-on free loopback ports in a temporary directory, as the benchmarks in bench/ do):
+Per backend (file, redis, redlock, etcd, postgres, mysql, zk, dynamodb; the servers are started by
+this script on free loopback ports in a temporary directory, as the benchmarks in bench/ do):
 
   * W workers (default 6) each loop `lockrun --backend URL --name soak --ttl T -- SECTION`.
   * SECTION is a small bash script (one process, plus one `sleep`): it records its pid, process
@@ -34,7 +34,7 @@ on free loopback ports in a temporary directory, as the benchmarks in bench/ do)
     still alive (and not dying).
 
 Run (Python 3.11 standard library only, Linux only; bash, redis-server, etcd, PostgreSQL,
-mariadb-server, and Debian's zookeeper jar with a JRE):
+mariadb-server, Debian's zookeeper jar with a JRE, and dynalite as scripts/test.sh installs it):
 
     python3 tests/soak/soak.py                     # all backends, 60 s each, cargo build --release
     python3 tests/soak/soak.py --backend redis --seconds 30 --bin target/debug/lockrun
@@ -76,7 +76,7 @@ import mariadb_server  # noqa: E402
 import check as soak_check  # noqa: E402
 from benchlib import Broken  # noqa: E402
 
-BACKENDS = ["file", "redis", "redlock", "etcd", "postgres", "mysql", "zk"]
+BACKENDS = ["file", "redis", "redlock", "etcd", "postgres", "mysql", "zk", "dynamodb"]
 NAME = "soak"
 TTL = "1s"  # requested lease (etcd raises it to its minimum, 2 s); --ttl
 CI_TTL = "2s"  # --ci: more slack for a loaded CI machine (a lockrun starved past its lease
@@ -225,6 +225,10 @@ class Backend:
 
     def start(self) -> None:
         raise NotImplementedError
+
+    def environment(self, base: dict[str, str]) -> dict[str, str]:
+        """The environment lockrun runs with against this backend."""
+        return base
 
     def stop(self) -> None:
         proc = getattr(self, "proc", None)
@@ -475,9 +479,30 @@ class ZkBackend(Backend):
         self.wait_ready(self.serving, f"zookeeper on port {self.port} (see {self.tmp}/zookeeper.log)")
 
 
+class DynamodbBackend(Backend):
+    kind = "dynamodb"
+
+    def __init__(self, tmp: Path):
+        self.port = benchlib.free_port()
+        self.data = tmp / "dynalite"
+        self.log = open(tmp / "dynalite.log", "ab")
+        self.proc = None
+
+    def url(self) -> str:
+        return f"dynamodb://locks?endpoint=http://127.0.0.1:{self.port}"
+
+    def environment(self, base: dict[str, str]) -> dict[str, str]:
+        return benchlib.local_aws_env(base)
+
+    def start(self) -> None:
+        # The LevelDB store survives a restart (a SIGKILL loses nothing written).
+        self.proc = benchlib.start_dynalite(self.port, self.data, self.log)
+        self.wait_ready(lambda: benchlib.accepts(self.port), f"dynalite on port {self.port}")
+
+
 BACKEND_CLASSES = {"file": FileBackend, "redis": RedisBackend, "redlock": RedlockBackend,
                    "etcd": EtcdBackend, "postgres": PostgresBackend, "mysql": MySqlBackend,
-                   "zk": ZkBackend}
+                   "zk": ZkBackend, "dynamodb": DynamodbBackend}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -586,7 +611,7 @@ class Soak:
         self.fault_count: Counter = Counter()
         self.section = logdir / "section.sh"
         self.section.write_text(SECTION)
-        self.env = dict(benchlib.ENV, LC_ALL="C")
+        self.env = backend.environment(dict(benchlib.ENV, LC_ALL="C"))
         self.ttl_ms = 0
         self.errors: list[str] = []
         self.resumers: list[threading.Thread] = []
@@ -936,7 +961,7 @@ def main() -> int:
 
     benchlib.scrub_env("PG")
     needs = {"file": [], "redis": ["redis-server"], "redlock": ["redis-server"], "etcd": ["etcd"],
-             "postgres": [], "mysql": ["mariadb-install-db"], "zk": ["java"]}
+             "postgres": [], "mysql": ["mariadb-install-db"], "zk": ["java"], "dynamodb": ["node"]}
     benchlib.require(["bash", "sleep"] + [p for b in backends for p in needs[b]])
     binary = benchlib.lockrun_binary(args.bin)
 

@@ -30,14 +30,26 @@ pub fn lockrun() -> Command {
     cmd
 }
 
-/// Removes what the test runner's own environment could slip into a run: `LOCKRUN_*` settings
-/// and a fencing token.
+/// Removes what the test runner's own environment could slip into a run: `LOCKRUN_*` settings,
+/// a fencing token, and AWS settings — in their place, the dummy credentials and region that the
+/// tests' private DynamoDB accepts, and no instance metadata service (a test reaches nothing but
+/// loopback; a developer's own AWS profile is never used).
 pub fn scrub(cmd: &mut Command) {
     for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("LOCKRUN_") || key == "FENCING_TOKEN" {
+        let text = key.to_string_lossy();
+        if text.starts_with("LOCKRUN_") || text.starts_with("AWS_") || key == "FENCING_TOKEN" {
             cmd.env_remove(key);
         }
     }
+    cmd.env("AWS_ACCESS_KEY_ID", "lockrun-test")
+        .env("AWS_SECRET_ACCESS_KEY", "lockrun-test")
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env("AWS_CONFIG_FILE", "/nonexistent/lockrun-test/config")
+        .env(
+            "AWS_SHARED_CREDENTIALS_FILE",
+            "/nonexistent/lockrun-test/credentials",
+        );
 }
 
 /// Runs `cmd` to completion within [`RUN_LIMIT`].

@@ -29,6 +29,10 @@
 //!   everything after it on that connection) `D` later: one request that reaches the server late,
 //!   such as a release that lands after its lease expired, or a request that must be applied after
 //!   the ones sent just before it.
+//! - **answered request** ([`Proxy::answer_instead`]): the next requests that contain a pattern
+//!   never reach the server; the proxy answers each itself with given bytes (an HTTP error such
+//!   as DynamoDB's `ThrottlingException`) and closes that connection, as a server that refuses
+//!   the request and hangs up would. Each armed answer serves one request.
 //!
 //! [`Proxy::heal`] switches every fault off (deaf connections stay deaf: their clients drop them).
 //!
@@ -94,7 +98,18 @@ struct Rule {
     deafen: bool,
     /// Hold the matching request (from where the pattern starts) back this long.
     hold: Duration,
+    /// Answer the matching request with these bytes instead of forwarding it.
+    reply: Option<Vec<u8>>,
     fired: Arc<Fired>,
+}
+
+/// What the armed rules say about one request chunk.
+#[derive(Default)]
+struct Verdict {
+    /// Where to split the chunk, and how long to hold its second part.
+    hold: Option<(usize, Duration)>,
+    /// The proxy's own answer, instead of the server's.
+    reply: Option<Vec<u8>>,
 }
 
 /// What the proxy's threads share with the test.
@@ -229,7 +244,27 @@ impl Proxy {
         self.arm(pattern, false, hold)
     }
 
+    /// Answers each of the next `times` requests that contain `pattern` with `reply` (never
+    /// forwarding it) and closes its connection; fires when the last of them was answered.
+    pub fn answer_instead(&self, pattern: &[u8], reply: &[u8], times: usize) -> Trigger {
+        let mut last = None;
+        for _ in 0..times {
+            last = Some(self.arm_rule(pattern, false, Duration::ZERO, Some(reply.to_vec())));
+        }
+        last.expect("at least one answer")
+    }
+
     fn arm(&self, pattern: &[u8], deafen: bool, hold: Duration) -> Trigger {
+        self.arm_rule(pattern, deafen, hold, None)
+    }
+
+    fn arm_rule(
+        &self,
+        pattern: &[u8],
+        deafen: bool,
+        hold: Duration,
+        reply: Option<Vec<u8>>,
+    ) -> Trigger {
         let fired = Arc::new(Fired {
             at: Mutex::new(None),
             changed: Condvar::new(),
@@ -238,6 +273,7 @@ impl Proxy {
             pattern: pattern.to_vec(),
             deafen,
             hold,
+            reply,
             fired: Arc::clone(&fired),
         });
         Trigger { fired }
@@ -336,21 +372,21 @@ impl Shared {
 
     /// Fires the armed rules that `chunk` (after `tail`, the bytes before it) matches; a match
     /// must end inside `chunk`, so an old request never fires a rule armed after it passed.
-    /// Returns where to split the chunk and how long to hold its second part, if a rule says so.
-    fn inspect(
-        &self,
-        connection: &Connection,
-        tail: &[u8],
-        chunk: &[u8],
-    ) -> Option<(usize, Duration)> {
+    /// Returns where to split the chunk and how long to hold its second part, if a rule says so,
+    /// and the proxy's own answer, if one is armed (one such rule fires per request).
+    fn inspect(&self, connection: &Connection, tail: &[u8], chunk: &[u8]) -> Verdict {
         let mut rules = lock(&self.rules);
         if rules.is_empty() {
-            return None;
+            return Verdict::default();
         }
         let mut window = tail.to_vec();
         window.extend_from_slice(chunk);
         let mut held: Option<(usize, Duration)> = None;
+        let mut reply: Option<Vec<u8>> = None;
         rules.retain(|rule| {
+            if rule.reply.is_some() && reply.is_some() {
+                return true;
+            }
             let from = tail
                 .len()
                 .saturating_sub(rule.pattern.len().saturating_sub(1));
@@ -367,6 +403,9 @@ impl Shared {
             if rule.deafen {
                 connection.deaf.store(true, Ordering::SeqCst);
             }
+            if let Some(answer) = &rule.reply {
+                reply = Some(answer.clone());
+            }
             if !rule.hold.is_zero() {
                 let at = start.saturating_sub(tail.len());
                 held = Some(held.map_or((at, rule.hold), |(a, h)| (a.min(at), h.max(rule.hold))));
@@ -375,7 +414,7 @@ impl Shared {
             rule.fired.changed.notify_all();
             false
         });
-        held
+        Verdict { hold: held, reply }
     }
 }
 
@@ -550,7 +589,16 @@ fn pump(connection: &Connection, direction: Direction, shared: &Shared) {
                 };
                 let mut parts = [(chunk, Duration::ZERO), (&chunk[n..], Duration::ZERO)];
                 if direction == Direction::ToServer {
-                    if let Some((at, hold)) = shared.inspect(connection, &tail, chunk) {
+                    let verdict = shared.inspect(connection, &tail, chunk);
+                    if let Some(reply) = verdict.reply {
+                        // The server never sees this request, nor anything after it here.
+                        connection.deaf.store(true, Ordering::SeqCst);
+                        let _ = write_all(&connection.client, &reply, connection, shared);
+                        let _ = connection.client.shutdown(Shutdown::Write);
+                        let _ = server.shutdown(Shutdown::Both);
+                        break 'forwarding;
+                    }
+                    if let Some((at, hold)) = verdict.hold {
                         let (before, after) = chunk.split_at(at);
                         parts = [(before, Duration::ZERO), (after, hold)];
                     }

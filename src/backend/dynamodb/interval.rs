@@ -1,0 +1,80 @@
+//! `--min-interval` on DynamoDB: "NAME ran at server time T" in the lock item's `last`, written by
+//! a conditional `UpdateItem` that succeeds only if the `last` stored is at least the interval
+//! before now — where *now* and *T* are both DynamoDB's own clock, read from the `Date` header of
+//! its responses (whole seconds), never a host's. Conditions cannot read a clock, so the claimer
+//! brings the time, from the answer it just got (its acquisition), plus the boot-clock time
+//! since: the server's time then lies within one second after the date it sent. The rule is kept
+//! on the safe side of that second both ways: `last` is stored as the latest the time can be,
+//! and compared against the earliest. So two runs are never recorded less than the interval
+//! apart (up to the round trip of the write), however skewed the hosts' clocks; a run may be
+//! refused up to a second or two early. A `last` ahead of the server's time (its clock went
+//! back) counts as too soon.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use super::expr::Update;
+use super::item;
+use super::link::{Failure, Link, REQUEST_TIMEOUT};
+use super::queue;
+use crate::backend::{BackendError, IntervalClaim};
+use crate::name::LockName;
+
+/// Records that `name` runs now unless it last ran less than `interval` ago.
+pub async fn claim(
+    link: &Link,
+    name: &LockName,
+    interval: Duration,
+) -> Result<IntervalClaim, BackendError> {
+    if link.server_now().is_none() {
+        super::inspect::server_time(link).await?;
+    }
+    let (earliest, latest) = link
+        .server_now()
+        .ok_or_else(|| link.failed("the server's answers carry no Date header".into()))?;
+    let earliest = ms(earliest);
+    let interval_ms = u64::try_from(interval.as_millis()).unwrap_or(u64::MAX);
+    let mut u = Update::default();
+    let last = u.expr.name(item::LAST);
+    let stored = u.expr.num(ms(latest));
+    let cutoff = u.expr.num(earliest.saturating_sub(interval_ms));
+    u.set(format!("{last} = {stored}"));
+    u.condition(format!(
+        "attribute_not_exists({last}) OR {last} <= {cutoff}"
+    ));
+    if earliest < interval_ms {
+        // The server's clock says it is before the interval could have passed since 1970.
+        u.condition(format!("attribute_not_exists({last})"));
+    }
+    let key = item::key_of(item::lock_key(name));
+    let sent = link
+        .send(REQUEST_TIMEOUT, "dynamodb:UpdateItem", || {
+            link.client
+                .update_item()
+                .table_name(&link.table)
+                .set_key(Some(key.clone()))
+                .update_expression(u.update_expression())
+                .set_condition_expression(u.condition_expression())
+                .set_expression_attribute_names(u.expr.names())
+                .set_expression_attribute_values(u.expr.values())
+                .send()
+        })
+        .await;
+    match sent {
+        Ok(_) => Ok(IntervalClaim::Claimed),
+        Err(Failure::Condition) => {
+            let lock = queue::lock_item(link, name)
+                .await
+                .map_err(|f| link.error(f))?;
+            let ago = lock.last.map_or(0, |last| earliest.saturating_sub(last));
+            Ok(IntervalClaim::TooSoon {
+                ago: Duration::from_millis(ago),
+            })
+        }
+        Err(f) => Err(link.error(f)),
+    }
+}
+
+fn ms(time: SystemTime) -> u64 {
+    time.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}

@@ -1,0 +1,170 @@
+//! [`DynamoLease`]: one held seat, renewed by rewriting its record version number and released by
+//! removing it — each a single `UpdateItem` conditional on this run's owner id, so a renewal never
+//! brings back a seat that was taken over or broken, and a late release never removes the next
+//! holder. The token counter is never touched.
+//!
+//! Releasing also deletes the ticket item a run that waited stood in line with (a write, after the
+//! release, so it never delays the next holder).
+//!
+//! A renewal counts from when it was sent, as everywhere (the supervisor's deadline), and has its
+//! own deadline within which the SDK's retries (throttling included) must fit. DynamoDB cannot
+//! push anything: `release --force` reaches a holder at its next renewal, at most `--renew`
+//! later, never at once ([`Lease::revoked`] never resolves).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::expr::Update;
+use super::item::{self, Seat};
+use super::link::{Failure, Link, REQUEST_TIMEOUT};
+use crate::backend::waiting::policy::renew_timeout;
+use crate::backend::{BackendError, Grant, Lease, RenewError, Renewal};
+use crate::name::LockName;
+
+/// A seat held by this run.
+pub struct DynamoLease {
+    link: Arc<Link>,
+    name: LockName,
+    seat: Seat,
+    owner: String,
+    /// The ticket this run waited with, whose item is deleted after the release.
+    ticket: Option<u64>,
+    grant: Grant,
+}
+
+impl DynamoLease {
+    pub fn new(
+        link: Arc<Link>,
+        name: LockName,
+        seat: Seat,
+        owner: String,
+        ticket: Option<u64>,
+        grant: Grant,
+    ) -> Self {
+        DynamoLease {
+            link,
+            name,
+            seat,
+            owner,
+            ticket,
+            grant,
+        }
+    }
+}
+
+/// Gives `seat` a fresh record version number, only while `owner` holds it; false when it does
+/// not (any more).
+pub async fn renew(
+    link: &Link,
+    name: &LockName,
+    seat: &Seat,
+    owner: &str,
+    limit: Duration,
+) -> Result<bool, Failure> {
+    let mut u = Update::default();
+    let attr = seat.attr();
+    let rvn = u.expr.path(&attr, item::RVN);
+    let beat = u.expr.path(&attr, item::BEAT);
+    let who = u.expr.path(&attr, item::OWNER);
+    let fresh = u.expr.text(super::claim::new_rvn());
+    let wall = u.expr.num(item::wall_ms());
+    let me = u.expr.text(owner);
+    u.set(format!("{rvn} = {fresh}"));
+    u.set(format!("{beat} = {wall}"));
+    u.condition(format!("{who} = {me}"));
+    write(link, name, &u, limit).await
+}
+
+/// Removes `seat`, only while `owner` holds it; false when it does not.
+pub async fn release(
+    link: &Link,
+    name: &LockName,
+    seat: &Seat,
+    owner: &str,
+) -> Result<bool, Failure> {
+    let mut u = Update::default();
+    let attr = seat.attr();
+    let holder = u.expr.name(&attr);
+    let token = u.expr.name(&seat.token_attr());
+    let count = u.expr.name(seat.counter());
+    let who = u.expr.path(&attr, item::OWNER);
+    let me = u.expr.text(owner);
+    let one = u.expr.num(1);
+    u.remove(holder);
+    u.remove(token);
+    u.set(format!("{count} = {count} - {one}"));
+    u.condition(format!("{who} = {me}"));
+    write(link, name, &u, REQUEST_TIMEOUT).await
+}
+
+/// Sends `u` to `name`'s lock item; false when its condition failed.
+async fn write(link: &Link, name: &LockName, u: &Update, limit: Duration) -> Result<bool, Failure> {
+    let key = item::key_of(item::lock_key(name));
+    let sent = link
+        .send(limit, "dynamodb:UpdateItem", || {
+            link.client
+                .update_item()
+                .table_name(&link.table)
+                .set_key(Some(key.clone()))
+                .update_expression(u.update_expression())
+                .set_condition_expression(u.condition_expression())
+                .set_expression_attribute_names(u.expr.names())
+                .set_expression_attribute_values(u.expr.values())
+                .send()
+        })
+        .await;
+    match sent {
+        Ok(_) => Ok(true),
+        Err(Failure::Condition) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+#[async_trait]
+impl Lease for DynamoLease {
+    fn grant(&self) -> Grant {
+        self.grant
+    }
+
+    async fn renew(&self) -> Result<Renewal, RenewError> {
+        let ttl = self.grant.ttl.unwrap_or_default();
+        let renewed = renew(
+            &self.link,
+            &self.name,
+            &self.seat,
+            &self.owner,
+            renew_timeout(ttl),
+        )
+        .await
+        .map_err(|f| RenewError::Unconfirmed(self.link.error(f)))?;
+        match renewed {
+            true => Ok(Renewal { ttl: Some(ttl) }),
+            false => Err(RenewError::Lost(format!(
+                "the lease on {} is gone or has another holder (it was broken with release \
+                 --force, or taken over by a waiter that saw it unrenewed for a whole lease)",
+                self.link.endpoint()
+            ))),
+        }
+    }
+
+    async fn release(self: Box<Self>) -> Result<(), BackendError> {
+        let released = release(&self.link, &self.name, &self.seat, &self.owner)
+            .await
+            .map_err(|f| self.link.error(f))?;
+        if !released {
+            crate::info!("the lease was no longer this run's; nothing to release");
+        }
+        if let Some(ticket) = self.ticket
+            && let Err(f) =
+                super::queue::forget(&self.link, &self.name, ticket, Some(&self.owner)).await
+        {
+            crate::debug!(
+                "cannot delete the ticket this run waited with ({})",
+                self.link.error(f)
+            );
+        }
+        Ok(())
+    }
+}

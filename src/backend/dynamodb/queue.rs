@@ -1,0 +1,328 @@
+//! The line of waiters: a ticket lock kept in the lock item (`next`, the last ticket handed out,
+//! and `serving`, the lowest one not yet served or skipped), with one ticket item per waiter
+//! that it keeps alive by rewriting its version every [`BEAT_EVERY`].
+//!
+//! - Joining bumps `next` (one write to the lock item, which returns the ticket) and writes the
+//!   ticket item. Only the ticket at `serving` may claim, and its claim moves `serving` on in the
+//!   same write: waiters are served strictly in ticket order, across modes.
+//! - A waiter that gives up moves `serving` past itself if it is at the head, else marks its
+//!   ticket `left`, so the waiters behind skip it at once.
+//! - A waiter that dies in line is skipped by the ones just behind the head once they have seen
+//!   its ticket unchanged (or missing) for [`HEARTBEAT`] on their own clocks — the clock-free
+//!   rule of [`super::sightings`] again.
+//! - Readers that look only once (`status`, a `--no-wait` try) cannot watch for a while: they
+//!   take a ticket whose writer's wall clock is more than [`HEARTBEAT`] + [`WALL_GRACE`] old as
+//!   gone. A host whose clock is off by more than the grace may be shown wrongly or passed by a
+//!   `--no-wait` try; no lease ever depends on it.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, ReturnValue};
+
+use super::expr::{Expr, Update};
+use super::item::{self, LockItem, TicketItem};
+use super::link::{Failure, Link, REQUEST_TIMEOUT};
+use crate::backend::Mode;
+use crate::backend::waiting::policy::HEARTBEAT;
+use crate::name::LockName;
+
+/// How often a waiter rewrites its ticket: well inside [`HEARTBEAT`].
+pub const BEAT_EVERY: Duration = Duration::from_secs(1);
+/// How far another host's wall clock may be off before a look-once reader misjudges its waiter.
+pub const WALL_GRACE: Duration = Duration::from_secs(2);
+/// Ticket items per `BatchGetItem` (DynamoDB's limit).
+const BATCH: usize = 100;
+/// The most tickets a look-once reader reads.
+pub const MAX_READ: u64 = 5_000;
+
+/// What a waiter stores in its ticket item.
+pub struct Place<'a> {
+    pub name: &'a LockName,
+    pub owner: &'a str,
+    pub record: &'a str,
+    pub mode: Mode,
+    pub supersede: bool,
+}
+
+/// Reads `name`'s lock item (an empty one when it does not exist).
+pub async fn lock_item(link: &Link, name: &LockName) -> Result<LockItem, Failure> {
+    let key = item::key_of(item::lock_key(name));
+    let out = link
+        .read(
+            REQUEST_TIMEOUT,
+            "dynamodb:GetItem",
+            link.client
+                .get_item()
+                .table_name(&link.table)
+                .set_key(Some(key))
+                .consistent_read(true)
+                .send(),
+        )
+        .await?;
+    Ok(LockItem::parse(out.as_ref().and_then(|o| o.item())))
+}
+
+/// Takes a ticket at the end of the line and writes its item; returns the ticket and the lock
+/// item as the join left it.
+pub async fn join(link: &Link, place: &Place<'_>) -> Result<(u64, LockItem), Failure> {
+    let mut u = Update::default();
+    let next = u.expr.name(item::NEXT);
+    let serving = u.expr.name(item::SERVING);
+    let zero = u.expr.num(0);
+    let one = u.expr.num(1);
+    let name = u.expr.name(item::NAME);
+    let name_value = u.expr.text(place.name.as_str());
+    u.set(format!("{next} = if_not_exists({next}, {zero}) + {one}"));
+    u.set(format!("{serving} = if_not_exists({serving}, {one})"));
+    u.set(format!("{name} = {name_value}"));
+    if place.supersede {
+        let sup = u.expr.name(item::SUP);
+        u.set(format!("{sup} = if_not_exists({next}, {zero}) + {one}"));
+    }
+    let key = item::key_of(item::lock_key(place.name));
+    let out = link
+        .send(REQUEST_TIMEOUT, "dynamodb:UpdateItem", || {
+            link.client
+                .update_item()
+                .table_name(&link.table)
+                .set_key(Some(key.clone()))
+                .update_expression(u.update_expression())
+                .set_expression_attribute_names(u.expr.names())
+                .set_expression_attribute_values(u.expr.values())
+                .return_values(ReturnValue::AllNew)
+                .send()
+        })
+        .await?;
+    let lock = LockItem::parse(out.attributes());
+    let ticket = lock.next;
+    beat(link, place, ticket, &super::claim::new_rvn()).await?;
+    Ok((ticket, lock))
+}
+
+/// Writes (or rewrites) the ticket item with version `rvn`; false when the ticket is no longer
+/// this waiter's (it gave up, or another waiter holds that number).
+pub async fn beat(link: &Link, place: &Place<'_>, ticket: u64, rvn: &str) -> Result<bool, Failure> {
+    let mut expr = Expr::default();
+    let key = expr.name(item::KEY);
+    let owner = expr.name(item::OWNER);
+    let left = expr.name(item::LEFT);
+    let me = expr.text(place.owner);
+    let condition =
+        format!("attribute_not_exists({key}) OR ({owner} = {me} AND attribute_not_exists({left}))");
+    let fields = HashMap::from([
+        (
+            item::KEY.to_owned(),
+            item::s(item::ticket_key(place.name, ticket)),
+        ),
+        (item::OWNER.to_owned(), item::s(place.owner)),
+        (item::RVN.to_owned(), item::s(rvn)),
+        (item::RECORD.to_owned(), item::s(place.record)),
+        (item::MODE.to_owned(), item::s(item::mode_code(place.mode))),
+        (
+            item::SUPERSEDE.to_owned(),
+            AttributeValue::Bool(place.supersede),
+        ),
+        (item::BEAT.to_owned(), item::n(item::wall_ms())),
+    ]);
+    let put = link
+        .send(REQUEST_TIMEOUT, "dynamodb:PutItem", || {
+            link.client
+                .put_item()
+                .table_name(&link.table)
+                .set_item(Some(fields.clone()))
+                .condition_expression(&condition)
+                .set_expression_attribute_names(expr.names())
+                .set_expression_attribute_values(expr.values())
+                .send()
+        })
+        .await;
+    match put {
+        Ok(_) => Ok(true),
+        Err(Failure::Condition) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Moves the head of the line from ticket `from` to `to`; false when the head was not `from`.
+pub async fn advance(link: &Link, name: &LockName, from: u64, to: u64) -> Result<bool, Failure> {
+    let mut u = Update::default();
+    let serving = u.expr.name(item::SERVING);
+    let was = u.expr.num(from);
+    let now = u.expr.num(to);
+    u.set(format!("{serving} = {now}"));
+    u.condition(format!("{serving} = {was}"));
+    let key = item::key_of(item::lock_key(name));
+    let sent = link
+        .send(REQUEST_TIMEOUT, "dynamodb:UpdateItem", || {
+            link.client
+                .update_item()
+                .table_name(&link.table)
+                .set_key(Some(key.clone()))
+                .update_expression(u.update_expression())
+                .set_condition_expression(u.condition_expression())
+                .set_expression_attribute_names(u.expr.names())
+                .set_expression_attribute_values(u.expr.values())
+                .send()
+        })
+        .await;
+    match sent {
+        Ok(_) => Ok(true),
+        Err(Failure::Condition) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Leaves the line: past itself at the head, else marked `left` for the waiters behind.
+pub async fn leave(link: &Link, name: &LockName, ticket: u64, owner: &str) -> Result<(), Failure> {
+    if advance(link, name, ticket, ticket + 1).await? {
+        return forget(link, name, ticket, Some(owner)).await;
+    }
+    let mut u = Update::default();
+    let left = u.expr.name(item::LEFT);
+    let yes = u.expr.value(AttributeValue::Bool(true));
+    let who = u.expr.name(item::OWNER);
+    let me = u.expr.text(owner);
+    u.set(format!("{left} = {yes}"));
+    u.condition(format!("{who} = {me}"));
+    let key = item::key_of(item::ticket_key(name, ticket));
+    let marked = link
+        .send(REQUEST_TIMEOUT, "dynamodb:UpdateItem", || {
+            link.client
+                .update_item()
+                .table_name(&link.table)
+                .set_key(Some(key.clone()))
+                .update_expression(u.update_expression())
+                .set_condition_expression(u.condition_expression())
+                .set_expression_attribute_names(u.expr.names())
+                .set_expression_attribute_values(u.expr.values())
+                .send()
+        })
+        .await;
+    match marked {
+        Ok(_) | Err(Failure::Condition) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Deletes a ticket item that is out of the line (only `owner`'s, when given).
+pub async fn forget(
+    link: &Link,
+    name: &LockName,
+    ticket: u64,
+    owner: Option<&str>,
+) -> Result<(), Failure> {
+    let mut expr = Expr::default();
+    let condition = owner.map(|owner| {
+        let who = expr.name(item::OWNER);
+        let me = expr.text(owner);
+        format!("{who} = {me}")
+    });
+    let key = item::key_of(item::ticket_key(name, ticket));
+    let deleted = link
+        .send(REQUEST_TIMEOUT, "dynamodb:DeleteItem", || {
+            link.client
+                .delete_item()
+                .table_name(&link.table)
+                .set_key(Some(key.clone()))
+                .set_condition_expression(condition.clone())
+                .set_expression_attribute_names(expr.names())
+                .set_expression_attribute_values(expr.values())
+                .send()
+        })
+        .await;
+    match deleted {
+        Ok(_) | Err(Failure::Condition) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// The ticket items of `tickets`, in order; `None` for a ticket without an item.
+pub async fn tickets(
+    link: &Link,
+    name: &LockName,
+    tickets: std::ops::RangeInclusive<u64>,
+) -> Result<Vec<(u64, Option<TicketItem>)>, Failure> {
+    let numbers: Vec<u64> = tickets.collect();
+    let mut found: HashMap<u64, TicketItem> = HashMap::new();
+    for chunk in numbers.chunks(BATCH) {
+        let mut keys: Vec<HashMap<String, AttributeValue>> = chunk
+            .iter()
+            .map(|&t| item::key_of(item::ticket_key(name, t)))
+            .collect();
+        while !keys.is_empty() {
+            let request = KeysAndAttributes::builder()
+                .set_keys(Some(keys.clone()))
+                .consistent_read(true)
+                .build()
+                .map_err(|e| Failure::Refused {
+                    code: "invalid request".into(),
+                    message: e.to_string(),
+                })?;
+            let out = link
+                .read(
+                    REQUEST_TIMEOUT,
+                    "dynamodb:BatchGetItem",
+                    link.client
+                        .batch_get_item()
+                        .request_items(&link.table, request)
+                        .send(),
+                )
+                .await?;
+            let Some(out) = out else {
+                return Ok(numbers.iter().map(|&t| (t, None)).collect());
+            };
+            for fields in out
+                .responses()
+                .and_then(|r| r.get(&link.table))
+                .into_iter()
+                .flatten()
+            {
+                let number = fields
+                    .get(item::KEY)
+                    .and_then(|k| k.as_s().ok())
+                    .and_then(|k| TicketItem::number_of(k));
+                if let Some(number) = number {
+                    found.insert(number, TicketItem::parse(fields));
+                }
+            }
+            // Keys the service did not get to (throttling) are asked for again.
+            keys = out
+                .unprocessed_keys()
+                .and_then(|u| u.get(&link.table))
+                .map(|k| k.keys().to_vec())
+                .unwrap_or_default();
+            if !keys.is_empty() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+    Ok(numbers.into_iter().map(|t| (t, found.remove(&t))).collect())
+}
+
+/// The look-once judgement: whether a ticket's waiter seems to be still beating, by its wall
+/// clock against ours (see the module's documentation).
+pub fn beating(ticket: &TicketItem, now_ms: u64) -> bool {
+    let horizon = u64::try_from((HEARTBEAT + WALL_GRACE).as_millis()).unwrap_or(u64::MAX);
+    !ticket.left && now_ms.saturating_sub(ticket.beat_ms) < horizon
+}
+
+/// The live waiters of `lock`'s line, first to last, as a look-once reader sees them.
+pub async fn live_waiters(
+    link: &Link,
+    name: &LockName,
+    lock: &LockItem,
+) -> Result<Vec<TicketItem>, Failure> {
+    if lock.line_empty() {
+        return Ok(Vec::new());
+    }
+    let first = lock.serving.max(1);
+    let last = lock.next.min(first.saturating_add(MAX_READ - 1));
+    let now = item::wall_ms();
+    Ok(tickets(link, name, first..=last)
+        .await?
+        .into_iter()
+        .filter_map(|(_, t)| t)
+        .filter(|t| beating(t, now))
+        .collect())
+}

@@ -1,0 +1,232 @@
+//! A private DynamoDB per test: `dynalite` (the DynamoDB API on LevelDB, installed by
+//! `scripts/test.sh` into `tools/dynalite/`) on a free loopback port with its data in a temporary
+//! directory, so that a restart keeps the table; ready when its port accepts connections
+//! (polled), killed on drop. It can be killed, paused with SIGSTOP, and restarted on the same
+//! port with the same data. Clients sign with the dummy credentials `support::lockrun` gives
+//! every lockrun a test runs (dynalite checks their form, not their values).
+//!
+//! DynamoDB cannot push anything to a holder, so `release --force` reaches one at its next
+//! renewal ([`Fixture::PUSHED_REVOCATION`] is false). The token counter lives in the table,
+//! which a crash keeps: a wiping restart is a plain one.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+use super::fixture::{Counter, Fixture, free_port};
+use super::proxy::Proxy;
+use super::wait::wait_until;
+
+/// The table every test's URL names.
+pub const TABLE: &str = "locks";
+
+/// A running `dynalite` owned by one test.
+pub struct Dynalite {
+    port: u16,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl Dynalite {
+    /// Starts a server with an empty store.
+    pub fn start() -> Self {
+        // Another process may take the port between probing and binding: try a few.
+        for _ in 0..5 {
+            let mut server = Dynalite {
+                port: free_port(),
+                dir: tempfile::tempdir().expect("temp dir"),
+                child: None,
+            };
+            if server.launch() {
+                return server;
+            }
+        }
+        panic!("dynalite did not start");
+    }
+
+    /// Spawns the server on `self.port` and waits until it accepts connections; false if it
+    /// exited.
+    fn launch(&mut self) -> bool {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("dynalite.log"))
+            .expect("open dynalite.log");
+        let mut child = Command::new(binary())
+            .args(["--host", "127.0.0.1", "--port", &self.port.to_string()])
+            .arg("--path")
+            .arg(self.dir.path().join("data"))
+            // Tables are usable sooner than DynamoDB's seconds, but not at once: lockrun must
+            // still wait for ACTIVE.
+            .args(["--createTableMs", "100"])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log fd"))
+            .stderr(log)
+            .spawn()
+            .expect("spawn dynalite");
+        let port = self.port;
+        let ready = wait_until(Duration::from_secs(20), || {
+            child.try_wait().ok().flatten().is_some()
+                || TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        if !ready || child.try_wait().ok().flatten().is_some() {
+            let _ = child.kill();
+            let _ = child.wait();
+            return false;
+        }
+        self.child = Some(child);
+        true
+    }
+
+    /// The URL for a client connecting on `port` (the server's own, or a proxy's).
+    pub fn url_on(&self, port: u16) -> String {
+        format!("dynamodb://{TABLE}?endpoint=http://127.0.0.1:{port}")
+    }
+
+    fn pid(&self) -> Pid {
+        Pid::from_raw(self.child.as_ref().expect("server running").id() as i32)
+    }
+
+    /// One DynamoDB call (`target` such as `GetItem`, `body` its JSON), signed with dummy
+    /// credentials; the answer's JSON. Panics if the server does not answer.
+    pub fn call(&self, target: &str, body: &serde_json::Value) -> serde_json::Value {
+        let body = body.to_string();
+        let request = format!(
+            "POST / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/x-amz-json-1.0\r\n\
+             X-Amz-Target: DynamoDB_20120810.{target}\r\nX-Amz-Date: 20200101T000000Z\r\n\
+             Authorization: AWS4-HMAC-SHA256 Credential=test/20200101/us-east-1/dynamodb/aws4_request, \
+             SignedHeaders=host;x-amz-date, Signature=00\r\nContent-Length: {len}\r\n\
+             Connection: close\r\n\r\n{body}",
+            port = self.port,
+            len = body.len()
+        );
+        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).expect("connect to dynalite");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("read timeout");
+        stream
+            .write_all(request.as_bytes())
+            .expect("send to dynalite");
+        let mut answer = String::new();
+        stream
+            .read_to_string(&mut answer)
+            .expect("read dynalite's answer");
+        let (_, json) = answer
+            .split_once("\r\n\r\n")
+            .unwrap_or_else(|| panic!("not an HTTP answer: {answer}"));
+        serde_json::from_str(json).unwrap_or_else(|_| panic!("not JSON: {json}"))
+    }
+
+    /// The lock item of `name`, as stored.
+    pub fn lock_item(&self, name: &str) -> serde_json::Value {
+        self.call(
+            "GetItem",
+            &serde_json::json!({"TableName": TABLE, "Key": {"pk": {"S": format!("L#{name}")}},
+                                "ConsistentRead": true}),
+        )["Item"]
+            .clone()
+    }
+}
+
+/// `tools/dynalite/node_modules/.bin/dynalite`, as `scripts/test.sh` installs it.
+fn binary() -> PathBuf {
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tools/dynalite/node_modules/.bin/dynalite");
+    assert!(
+        path.exists(),
+        "dynalite is not installed at {} (scripts/test.sh installs it: npm ci --prefix tools/dynalite)",
+        path.display()
+    );
+    path
+}
+
+impl Fixture for Dynalite {
+    /// dynalite is a Node.js server: it answers in milliseconds, but stalls for hundreds on a
+    /// loaded test machine, where a 2 s lease leaves a renewal only 500 ms (as for etcd).
+    const TTL: &'static str = "3s";
+    const PUSHED_REVOCATION: bool = false;
+
+    fn start() -> Self {
+        Dynalite::start()
+    }
+
+    fn with_password(_password: &str) -> Option<Self> {
+        None
+    }
+
+    fn url(&self) -> String {
+        self.url_on(self.port)
+    }
+
+    fn url_at(authority: &str) -> String {
+        format!("dynamodb://{authority}")
+    }
+
+    fn unreachable() -> (String, String) {
+        let endpoint = format!("127.0.0.1:{}", free_port());
+        (
+            format!("dynamodb://{TABLE}?endpoint=http://{endpoint}"),
+            endpoint,
+        )
+    }
+
+    fn malformed() -> Vec<(String, String)> {
+        [
+            ("dynamodb://u:hunter2@locks", "credentials"),
+            ("dynamodb://locks?endpoint=ftp://127.0.0.1:1", "endpoint"),
+            ("dynamodb://ab", "table"),
+            ("dynamodb://locks?create=maybe", "create"),
+        ]
+        .into_iter()
+        .map(|(url, word)| (url.to_owned(), word.to_owned()))
+        .collect()
+    }
+
+    fn proxied(&self) -> Option<(Proxy, String)> {
+        Some(Proxy::in_front_of(self.port, |port| self.url_on(port)))
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGCONT);
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn pause(&self) {
+        kill(self.pid(), Signal::SIGSTOP).expect("SIGSTOP dynalite");
+    }
+
+    fn resume(&self) {
+        kill(self.pid(), Signal::SIGCONT).expect("SIGCONT dynalite");
+    }
+
+    fn restart(&mut self, _wipe: bool) {
+        self.kill();
+        assert!(
+            self.launch(),
+            "dynalite did not restart on port {}",
+            self.port
+        );
+    }
+
+    fn counter(&self, name: &str) -> Counter {
+        let item = self.lock_item(name);
+        let token = item["token"]["N"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no token in the lock item of {name}: {item}"));
+        Counter::Exact(token.parse().expect("the stored token is an integer"))
+    }
+}
+
+impl Drop for Dynalite {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
