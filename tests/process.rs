@@ -426,13 +426,16 @@ fn job_control_without_a_terminal_pauses_the_command_and_keeps_the_lease() {
     let s = Scene::new(fx.url());
     let script = "echo $$ > command.pid; i=0; while [ $i -lt 30 ]; do i=$((i+1)); \
                   echo tick >> ticks; sleep 0.1; done";
-    let mut run = s.spawn(["--name", "tstp", "--ttl", "1s", "--", "sh", "-c", script]);
+    let mut run = s.spawn([
+        "-v", "--name", "tstp", "--ttl", "1s", "--", "sh", "-c", script,
+    ]);
     let command = number_in(&s.path("command.pid")) as i32;
     assert!(wait_until(SOON, || s.path("ticks").exists()));
     run.signal(Signal::SIGTSTP);
     assert!(
-        wait_until(SOON, || proc_state(command) == Some('T')),
-        "the command was not stopped"
+        wait_until(SOON, || group_stopped(command)),
+        "the command was not stopped; lockrun said: {}",
+        run.stderr_so_far()
     );
     let ticks = || {
         std::fs::read_to_string(s.path("ticks"))
@@ -453,6 +456,25 @@ fn job_control_without_a_terminal_pauses_the_command_and_keeps_the_lease() {
         text(&out.stderr)
     );
     assert_eq!(ticks(), 30);
+}
+
+/// Whether the process group `group` is stopped: something in it is stopped (`T`) and nothing
+/// in it can run. A shell caught in `vfork` waits in `D` for its stopped child, with every signal
+/// blocked until the child execs — stopped in effect, though its own state is not `T`.
+fn group_stopped(group: i32) -> bool {
+    let states: Vec<char> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+            let mut fields = stat.rsplit_once(')')?.1.split_whitespace();
+            let state = fields.next()?.chars().next()?;
+            let pgrp: i32 = fields.nth(1)?.parse().ok()?;
+            (pgrp == group).then_some(state)
+        })
+        .collect();
+    states.contains(&'T') && states.iter().all(|state| matches!(state, 'T' | 'D'))
 }
 
 /// A process's state letter, from `/proc/PID/stat`.

@@ -21,6 +21,7 @@ use nix::sys::signal::{SigHandler, Signal, killpg, signal};
 use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
 use nix::unistd::{Pid, getpgrp, getpid, getppid, isatty, tcgetpgrp, tcsetpgrp};
 
+use super::job_control::JobControl;
 use super::watchdog::Watchdog;
 use crate::exit::{self, Error};
 
@@ -47,6 +48,9 @@ pub struct Child {
     process: tokio::process::Child,
     group: Pid,
     owns_terminal: bool,
+    /// Without the terminal: lockrun's SIGTSTP and SIGCONT, caught since before the command
+    /// started, until the supervisor takes them.
+    job_control: Option<JobControl>,
     sole_child: bool,
     /// Stops the command's tree if lockrun dies; only for a sole child.
     watchdog: Option<Watchdog>,
@@ -64,6 +68,10 @@ impl Child {
         command.envs(launch.env);
         command.process_group(0);
         let take_terminal = lockrun_owns_terminal();
+        let job_control = match take_terminal {
+            true => None,
+            false => Some(JobControl::listen()?),
+        };
         let mut watchdog = None;
         if launch.sole_child {
             super::descendants::become_subreaper();
@@ -109,6 +117,7 @@ impl Child {
             process,
             group,
             owns_terminal: take_terminal,
+            job_control,
             sole_child: launch.sole_child,
             watchdog,
             started: std::time::Instant::now(),
@@ -201,6 +210,11 @@ impl Child {
     /// Whether the command's group was given lockrun's terminal.
     pub fn owns_terminal(&self) -> bool {
         self.owns_terminal
+    }
+
+    /// The job-control signals to pass on, when the command runs without the terminal.
+    pub fn take_job_control(&mut self) -> Option<JobControl> {
+        self.job_control.take()
     }
 
     /// Job control for a command that owns the terminal: when it was stopped (Ctrl-Z, or reading

@@ -4,6 +4,7 @@
 mod cgroup;
 mod child;
 mod descendants;
+mod job_control;
 #[cfg(test)]
 mod scripted_lease;
 mod signals;

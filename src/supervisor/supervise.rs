@@ -258,10 +258,7 @@ pub async fn supervise(
     escapee_looks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // Without the terminal, job-control signals sent to lockrun are passed to the command, and
     // lockrun itself never stops: the command is never left running on an unrenewed lease.
-    let mut job_control = match child.owns_terminal() {
-        true => None,
-        false => Some(JobControl::listen()?),
-    };
+    let mut job_control = child.take_job_control();
 
     let status = loop {
         let now = BootInstant::now();
@@ -350,33 +347,6 @@ pub async fn supervise(
         Some(Cause::TimedOut) => Outcome::TimedOut,
         None => Outcome::Exited(exit::from_wait_status(status)),
     })
-}
-
-/// SIGTSTP and SIGCONT received by lockrun while the command runs without the terminal.
-struct JobControl {
-    stop: tokio::signal::unix::Signal,
-    cont: tokio::signal::unix::Signal,
-}
-
-impl JobControl {
-    fn listen() -> Result<Self, Error> {
-        let listen = |kind| {
-            tokio::signal::unix::signal(kind)
-                .map_err(|e| Error::internal(format!("cannot install signal handlers: {e}")))
-        };
-        Ok(JobControl {
-            stop: listen(tokio::signal::unix::SignalKind::from_raw(libc::SIGTSTP))?,
-            cont: listen(tokio::signal::unix::SignalKind::from_raw(libc::SIGCONT))?,
-        })
-    }
-
-    async fn next(&mut self) -> Option<Signal> {
-        tokio::select! {
-            Some(()) = self.stop.recv() => Some(Signal::SIGTSTP),
-            Some(()) = self.cont.recv() => Some(Signal::SIGCONT),
-            else => None,
-        }
-    }
 }
 
 /// The command exited while being stopped; its descendants got the same TERM. Waits for them
