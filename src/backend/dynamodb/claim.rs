@@ -10,12 +10,13 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
+use aws_sdk_dynamodb::types::AttributeValue;
 
 use super::expr::Update;
 use super::item::{self, Holder, LockItem, Seat};
-use super::link::{Failure, Link, REQUEST_TIMEOUT};
+use super::link::{Failure, Link};
 use super::sightings::Sightings;
+use super::write;
 use crate::backend::Mode;
 use crate::clock::BootInstant;
 use crate::name::LockName;
@@ -151,10 +152,7 @@ pub async fn claim(
         let rvn = u.expr.path(&attr, item::RVN);
         let was = u.expr.text(&gone.rvn);
         u.condition(format!("{rvn} = {was}"));
-        let holder = u.expr.name(&attr);
-        let gone_token = u.expr.name(&gone.seat.token_attr());
-        u.remove(holder);
-        u.remove(gone_token);
+        u.remove_seat(&gone.seat);
     }
     // The holder counters: this seat's goes up (unless it replaces a dead holder), the other
     // mode's must hold only the evicted, and goes down by them.
@@ -204,38 +202,19 @@ pub async fn claim(
             u.condition(format!("{serving} = {s} AND {next} = {n}"));
         }
     }
-    let key = item::key_of(item::lock_key(c.name));
-    let sent = link
-        .send(REQUEST_TIMEOUT, "dynamodb:UpdateItem", || {
-            link.client
-                .update_item()
-                .table_name(&link.table)
-                .set_key(Some(key.clone()))
-                .update_expression(u.update_expression())
-                .set_condition_expression(u.condition_expression())
-                .set_expression_attribute_names(u.expr.names())
-                .set_expression_attribute_values(u.expr.values())
-                .return_values(ReturnValue::AllNew)
-                .send()
-        })
-        .await;
-    match sent {
-        Ok(out) => {
-            let item = LockItem::parse(out.attributes());
-            let token = item
-                .holders
-                .iter()
-                .find(|h| h.seat == plan.seat && h.owner == c.owner)
-                .map(|h| h.token)
-                .ok_or_else(|| Failure::Refused {
-                    code: "an unexpected answer".into(),
-                    message: "the claimed seat is not in the item".into(),
-                })?;
-            Ok(Some(token))
-        }
-        Err(Failure::Condition) => Ok(None),
-        Err(e) => Err(e),
-    }
+    let Some(item) = write::update_lock(link, c.name, &u).await? else {
+        return Ok(None);
+    };
+    let token = item
+        .holders
+        .iter()
+        .find(|h| h.seat == plan.seat && h.owner == c.owner)
+        .map(|h| h.token)
+        .ok_or_else(|| Failure::Refused {
+            code: "an unexpected answer".into(),
+            message: "the claimed seat is not in the item".into(),
+        })?;
+    Ok(Some(token))
 }
 
 /// A holder's map as stored: owner, a fresh RVN, lease length, record, slot, mode, wall clock.

@@ -1,12 +1,13 @@
 //! [`Expr`]: the placeholders of one request's expressions. Every attribute name goes through
 //! `#` placeholders (so that no name ever clashes with one of DynamoDB's reserved words) and every
-//! value through `:` placeholders; the request then carries both maps.
+//! value through `:` placeholders; the request then carries both maps. [`Update`] also has the
+//! two terms about a holder's seat that several writes share.
 
 use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 
-use super::item;
+use super::item::{self, Seat};
 
 /// Names and values of one request's expressions.
 #[derive(Debug, Default)]
@@ -82,6 +83,21 @@ impl Update {
         self.conditions.push(term);
     }
 
+    /// Requires that `seat` is held by `owner`.
+    pub fn require_owner(&mut self, seat: &Seat, owner: &str) {
+        let who = self.expr.path(&seat.attr(), item::OWNER);
+        let me = self.expr.text(owner);
+        self.condition(format!("{who} = {me}"));
+    }
+
+    /// Removes the holder in `seat` and its token (the token counter is never touched).
+    pub fn remove_seat(&mut self, seat: &Seat) {
+        let holder = self.expr.name(&seat.attr());
+        let token = self.expr.name(&seat.token_attr());
+        self.remove(holder);
+        self.remove(token);
+    }
+
     /// The update expression.
     pub fn update_expression(&self) -> String {
         let mut text = String::new();
@@ -132,5 +148,24 @@ mod tests {
             "(attribute_exists(#a1)) AND (#a0 > :v0)"
         );
         assert_eq!(u.expr.names().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn seat_terms_name_the_holder_its_owner_and_its_token() {
+        let seat = Seat::Slot(0);
+        let mut u = Update::default();
+        u.remove_seat(&seat);
+        u.require_owner(&seat, "me");
+        assert_eq!(u.update_expression(), "REMOVE #a0, #a1");
+        assert_eq!(u.condition_expression().unwrap(), "(#a0.#a2 = :v0)");
+        let names = u.expr.names().unwrap();
+        assert_eq!(
+            (
+                names["#a0"].as_str(),
+                names["#a1"].as_str(),
+                names["#a2"].as_str()
+            ),
+            ("h_x0", "t_x0", item::OWNER)
+        );
     }
 }

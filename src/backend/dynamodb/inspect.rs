@@ -17,6 +17,7 @@ use super::expr::{Expr, Update};
 use super::item::{self, LockItem};
 use super::link::{Failure, Link, REQUEST_TIMEOUT};
 use super::queue;
+use super::write;
 use crate::backend::{BackendError, HolderInfo, HolderStatus, LockStatus, WaiterStatus};
 use crate::name::LockName;
 
@@ -138,14 +139,8 @@ async fn drop_all(link: &Link, name: &LockName, lock: &LockItem) -> Result<bool,
     let mut u = Update::default();
     let (mut exclusive, mut shared) = (0u64, 0u64);
     for h in &lock.holders {
-        let attr = h.seat.attr();
-        let who = u.expr.path(&attr, item::OWNER);
-        let owner = u.expr.text(&h.owner);
-        u.condition(format!("{who} = {owner}"));
-        let holder = u.expr.name(&attr);
-        let token = u.expr.name(&h.seat.token_attr());
-        u.remove(holder);
-        u.remove(token);
+        u.require_owner(&h.seat, &h.owner);
+        u.remove_seat(&h.seat);
         match h.seat.counter() {
             item::NX => exclusive += 1,
             _ => shared += 1,
@@ -158,25 +153,7 @@ async fn drop_all(link: &Link, name: &LockName, lock: &LockItem) -> Result<bool,
             u.set(format!("{attr} = {attr} - {by}"));
         }
     }
-    let key = item::key_of(item::lock_key(name));
-    let sent = link
-        .send(REQUEST_TIMEOUT, "dynamodb:UpdateItem", || {
-            link.client
-                .update_item()
-                .table_name(&link.table)
-                .set_key(Some(key.clone()))
-                .update_expression(u.update_expression())
-                .set_condition_expression(u.condition_expression())
-                .set_expression_attribute_names(u.expr.names())
-                .set_expression_attribute_values(u.expr.values())
-                .send()
-        })
-        .await;
-    match sent {
-        Ok(_) => Ok(true),
-        Err(Failure::Condition) => Ok(false),
-        Err(e) => Err(e),
-    }
+    write::update(link, item::lock_key(name), &u, REQUEST_TIMEOUT).await
 }
 
 /// The server's wall clock, from a response's `Date` header (whole seconds: the middle of the

@@ -14,8 +14,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::expr::Update;
 use super::item;
-use super::link::{Failure, Link, REQUEST_TIMEOUT};
+use super::link::{Link, REQUEST_TIMEOUT};
 use super::queue;
+use super::write;
 use crate::backend::{BackendError, IntervalClaim};
 use crate::name::LockName;
 
@@ -45,33 +46,19 @@ pub async fn claim(
         // The server's clock says it is before the interval could have passed since 1970.
         u.condition(format!("attribute_not_exists({last})"));
     }
-    let key = item::key_of(item::lock_key(name));
-    let sent = link
-        .send(REQUEST_TIMEOUT, "dynamodb:UpdateItem", || {
-            link.client
-                .update_item()
-                .table_name(&link.table)
-                .set_key(Some(key.clone()))
-                .update_expression(u.update_expression())
-                .set_condition_expression(u.condition_expression())
-                .set_expression_attribute_names(u.expr.names())
-                .set_expression_attribute_values(u.expr.values())
-                .send()
-        })
-        .await;
-    match sent {
-        Ok(_) => Ok(IntervalClaim::Claimed),
-        Err(Failure::Condition) => {
-            let lock = queue::lock_item(link, name)
-                .await
-                .map_err(|f| link.error(f))?;
-            let ago = lock.last.map_or(0, |last| earliest.saturating_sub(last));
-            Ok(IntervalClaim::TooSoon {
-                ago: Duration::from_millis(ago),
-            })
-        }
-        Err(f) => Err(link.error(f)),
+    let claimed = write::update(link, item::lock_key(name), &u, REQUEST_TIMEOUT)
+        .await
+        .map_err(|f| link.error(f))?;
+    if claimed {
+        return Ok(IntervalClaim::Claimed);
     }
+    let lock = queue::lock_item(link, name)
+        .await
+        .map_err(|f| link.error(f))?;
+    let ago = lock.last.map_or(0, |last| earliest.saturating_sub(last));
+    Ok(IntervalClaim::TooSoon {
+        ago: Duration::from_millis(ago),
+    })
 }
 
 fn ms(time: SystemTime) -> u64 {

@@ -19,39 +19,20 @@ use async_trait::async_trait;
 use super::expr::Update;
 use super::item::{self, Seat};
 use super::link::{Failure, Link, REQUEST_TIMEOUT};
+use super::write;
 use crate::backend::waiting::policy::renew_timeout;
 use crate::backend::{BackendError, Grant, Lease, RenewError, Renewal};
 use crate::name::LockName;
 
 /// A seat held by this run.
 pub struct DynamoLease {
-    link: Arc<Link>,
-    name: LockName,
-    seat: Seat,
-    owner: String,
+    pub link: Arc<Link>,
+    pub name: LockName,
+    pub seat: Seat,
+    pub owner: String,
     /// The ticket this run waited with, whose item is deleted after the release.
-    ticket: Option<u64>,
-    grant: Grant,
-}
-
-impl DynamoLease {
-    pub fn new(
-        link: Arc<Link>,
-        name: LockName,
-        seat: Seat,
-        owner: String,
-        ticket: Option<u64>,
-        grant: Grant,
-    ) -> Self {
-        DynamoLease {
-            link,
-            name,
-            seat,
-            owner,
-            ticket,
-            grant,
-        }
-    }
+    pub ticket: Option<u64>,
+    pub grant: Grant,
 }
 
 /// Gives `seat` a fresh record version number, only while `owner` holds it; false when it does
@@ -67,14 +48,12 @@ pub async fn renew(
     let attr = seat.attr();
     let rvn = u.expr.path(&attr, item::RVN);
     let beat = u.expr.path(&attr, item::BEAT);
-    let who = u.expr.path(&attr, item::OWNER);
     let fresh = u.expr.text(super::claim::new_rvn());
     let wall = u.expr.num(item::wall_ms());
-    let me = u.expr.text(owner);
     u.set(format!("{rvn} = {fresh}"));
     u.set(format!("{beat} = {wall}"));
-    u.condition(format!("{who} = {me}"));
-    write(link, name, &u, limit).await
+    u.require_owner(seat, owner);
+    write::update(link, item::lock_key(name), &u, limit).await
 }
 
 /// Removes `seat`, only while `owner` holds it; false when it does not.
@@ -85,41 +64,12 @@ pub async fn release(
     owner: &str,
 ) -> Result<bool, Failure> {
     let mut u = Update::default();
-    let attr = seat.attr();
-    let holder = u.expr.name(&attr);
-    let token = u.expr.name(&seat.token_attr());
+    u.remove_seat(seat);
     let count = u.expr.name(seat.counter());
-    let who = u.expr.path(&attr, item::OWNER);
-    let me = u.expr.text(owner);
+    u.require_owner(seat, owner);
     let one = u.expr.num(1);
-    u.remove(holder);
-    u.remove(token);
     u.set(format!("{count} = {count} - {one}"));
-    u.condition(format!("{who} = {me}"));
-    write(link, name, &u, REQUEST_TIMEOUT).await
-}
-
-/// Sends `u` to `name`'s lock item; false when its condition failed.
-async fn write(link: &Link, name: &LockName, u: &Update, limit: Duration) -> Result<bool, Failure> {
-    let key = item::key_of(item::lock_key(name));
-    let sent = link
-        .send(limit, "dynamodb:UpdateItem", || {
-            link.client
-                .update_item()
-                .table_name(&link.table)
-                .set_key(Some(key.clone()))
-                .update_expression(u.update_expression())
-                .set_condition_expression(u.condition_expression())
-                .set_expression_attribute_names(u.expr.names())
-                .set_expression_attribute_values(u.expr.values())
-                .send()
-        })
-        .await;
-    match sent {
-        Ok(_) => Ok(true),
-        Err(Failure::Condition) => Ok(false),
-        Err(e) => Err(e),
-    }
+    write::update(link, item::lock_key(name), &u, REQUEST_TIMEOUT).await
 }
 
 #[async_trait]

@@ -382,19 +382,19 @@ impl Line for Dynamo {
             .remove(&ticket.owner)
             .and_then(|state| state.try_lock().ok().and_then(|w| w.served));
         let request = ticket.request;
-        Box::new(DynamoLease::new(
-            Arc::clone(&self.link),
-            request.name.clone(),
-            Seat::new(request.mode, taken.slot, &ticket.owner),
-            ticket.owner.clone(),
-            served,
-            Grant {
+        Box::new(DynamoLease {
+            link: Arc::clone(&self.link),
+            name: request.name.clone(),
+            seat: Seat::new(request.mode, taken.slot, &ticket.owner),
+            owner: ticket.owner.clone(),
+            ticket: served,
+            grant: Grant {
                 token: taken.token,
                 slot: taken.slot,
                 ttl: Some(taken.ttl),
                 sent_at,
             },
-        ))
+        })
     }
 
     async fn status(&self, name: &LockName) -> Result<LockStatus, BackendError> {

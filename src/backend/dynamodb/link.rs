@@ -257,6 +257,15 @@ impl Link {
     }
 }
 
+/// A conditional write's outcome: a failed condition is an answer (`None`), not an error.
+pub fn conditional<T>(sent: Result<T, Failure>) -> Result<Option<T>, Failure> {
+    match sent {
+        Ok(answer) => Ok(Some(answer)),
+        Err(Failure::Condition) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// Sorts an SDK error: its service error code decides; a request that never got an answer is
 /// [`Failure::Unanswered`].
 fn sort<E>(e: SdkError<E, HttpResponse>, action: &'static str) -> Failure

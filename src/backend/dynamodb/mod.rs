@@ -18,5 +18,6 @@ mod queue;
 mod settings;
 mod sightings;
 mod table;
+mod write;
 
 pub use settings::Settings;

@@ -18,11 +18,12 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, ReturnValue};
+use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
 
 use super::expr::{Expr, Update};
 use super::item::{self, LockItem, TicketItem};
-use super::link::{Failure, Link, REQUEST_TIMEOUT};
+use super::link::{Failure, Link, REQUEST_TIMEOUT, conditional};
+use super::write;
 use crate::backend::Mode;
 use crate::backend::waiting::policy::HEARTBEAT;
 use crate::name::LockName;
@@ -80,21 +81,10 @@ pub async fn join(link: &Link, place: &Place<'_>) -> Result<(u64, LockItem), Fai
         let sup = u.expr.name(item::SUP);
         u.set(format!("{sup} = if_not_exists({next}, {zero}) + {one}"));
     }
-    let key = item::key_of(item::lock_key(place.name));
-    let out = link
-        .send(REQUEST_TIMEOUT, "dynamodb:UpdateItem", || {
-            link.client
-                .update_item()
-                .table_name(&link.table)
-                .set_key(Some(key.clone()))
-                .update_expression(u.update_expression())
-                .set_expression_attribute_names(u.expr.names())
-                .set_expression_attribute_values(u.expr.values())
-                .return_values(ReturnValue::AllNew)
-                .send()
-        })
-        .await?;
-    let lock = LockItem::parse(out.attributes());
+    // Unconditional: it always answers with the item.
+    let lock = write::update_lock(link, place.name, &u)
+        .await?
+        .ok_or(Failure::Condition)?;
     let ticket = lock.next;
     beat(link, place, ticket, &super::claim::new_rvn()).await?;
     Ok((ticket, lock))
@@ -105,11 +95,10 @@ pub async fn join(link: &Link, place: &Place<'_>) -> Result<(u64, LockItem), Fai
 pub async fn beat(link: &Link, place: &Place<'_>, ticket: u64, rvn: &str) -> Result<bool, Failure> {
     let mut expr = Expr::default();
     let key = expr.name(item::KEY);
-    let owner = expr.name(item::OWNER);
+    let mine = owned_by(&mut expr, place.owner);
     let left = expr.name(item::LEFT);
-    let me = expr.text(place.owner);
     let condition =
-        format!("attribute_not_exists({key}) OR ({owner} = {me} AND attribute_not_exists({left}))");
+        format!("attribute_not_exists({key}) OR ({mine} AND attribute_not_exists({left}))");
     let fields = HashMap::from([
         (
             item::KEY.to_owned(),
@@ -125,8 +114,8 @@ pub async fn beat(link: &Link, place: &Place<'_>, ticket: u64, rvn: &str) -> Res
         ),
         (item::BEAT.to_owned(), item::n(item::wall_ms())),
     ]);
-    let put = link
-        .send(REQUEST_TIMEOUT, "dynamodb:PutItem", || {
+    let put = conditional(
+        link.send(REQUEST_TIMEOUT, "dynamodb:PutItem", || {
             link.client
                 .put_item()
                 .table_name(&link.table)
@@ -136,12 +125,9 @@ pub async fn beat(link: &Link, place: &Place<'_>, ticket: u64, rvn: &str) -> Res
                 .set_expression_attribute_values(expr.values())
                 .send()
         })
-        .await;
-    match put {
-        Ok(_) => Ok(true),
-        Err(Failure::Condition) => Ok(false),
-        Err(e) => Err(e),
-    }
+        .await,
+    )?;
+    Ok(put.is_some())
 }
 
 /// Moves the head of the line from ticket `from` to `to`; false when the head was not `from`.
@@ -152,25 +138,7 @@ pub async fn advance(link: &Link, name: &LockName, from: u64, to: u64) -> Result
     let now = u.expr.num(to);
     u.set(format!("{serving} = {now}"));
     u.condition(format!("{serving} = {was}"));
-    let key = item::key_of(item::lock_key(name));
-    let sent = link
-        .send(REQUEST_TIMEOUT, "dynamodb:UpdateItem", || {
-            link.client
-                .update_item()
-                .table_name(&link.table)
-                .set_key(Some(key.clone()))
-                .update_expression(u.update_expression())
-                .set_condition_expression(u.condition_expression())
-                .set_expression_attribute_names(u.expr.names())
-                .set_expression_attribute_values(u.expr.values())
-                .send()
-        })
-        .await;
-    match sent {
-        Ok(_) => Ok(true),
-        Err(Failure::Condition) => Ok(false),
-        Err(e) => Err(e),
-    }
+    write::update(link, item::lock_key(name), &u, REQUEST_TIMEOUT).await
 }
 
 /// Leaves the line: past itself at the head, else marked `left` for the waiters behind.
@@ -181,28 +149,19 @@ pub async fn leave(link: &Link, name: &LockName, ticket: u64, owner: &str) -> Re
     let mut u = Update::default();
     let left = u.expr.name(item::LEFT);
     let yes = u.expr.value(AttributeValue::Bool(true));
-    let who = u.expr.name(item::OWNER);
-    let me = u.expr.text(owner);
+    let mine = owned_by(&mut u.expr, owner);
     u.set(format!("{left} = {yes}"));
-    u.condition(format!("{who} = {me}"));
-    let key = item::key_of(item::ticket_key(name, ticket));
-    let marked = link
-        .send(REQUEST_TIMEOUT, "dynamodb:UpdateItem", || {
-            link.client
-                .update_item()
-                .table_name(&link.table)
-                .set_key(Some(key.clone()))
-                .update_expression(u.update_expression())
-                .set_condition_expression(u.condition_expression())
-                .set_expression_attribute_names(u.expr.names())
-                .set_expression_attribute_values(u.expr.values())
-                .send()
-        })
-        .await;
-    match marked {
-        Ok(_) | Err(Failure::Condition) => Ok(()),
-        Err(e) => Err(e),
-    }
+    u.condition(mine);
+    // A ticket no longer this waiter's is left as it is.
+    write::update(link, item::ticket_key(name, ticket), &u, REQUEST_TIMEOUT).await?;
+    Ok(())
+}
+
+/// The condition that a ticket item is `owner`'s.
+fn owned_by(expr: &mut Expr, owner: &str) -> String {
+    let who = expr.name(item::OWNER);
+    let me = expr.text(owner);
+    format!("{who} = {me}")
 }
 
 /// Deletes a ticket item that is out of the line (only `owner`'s, when given).
@@ -213,14 +172,10 @@ pub async fn forget(
     owner: Option<&str>,
 ) -> Result<(), Failure> {
     let mut expr = Expr::default();
-    let condition = owner.map(|owner| {
-        let who = expr.name(item::OWNER);
-        let me = expr.text(owner);
-        format!("{who} = {me}")
-    });
+    let condition = owner.map(|owner| owned_by(&mut expr, owner));
     let key = item::key_of(item::ticket_key(name, ticket));
-    let deleted = link
-        .send(REQUEST_TIMEOUT, "dynamodb:DeleteItem", || {
+    conditional(
+        link.send(REQUEST_TIMEOUT, "dynamodb:DeleteItem", || {
             link.client
                 .delete_item()
                 .table_name(&link.table)
@@ -230,11 +185,9 @@ pub async fn forget(
                 .set_expression_attribute_values(expr.values())
                 .send()
         })
-        .await;
-    match deleted {
-        Ok(_) | Err(Failure::Condition) => Ok(()),
-        Err(e) => Err(e),
-    }
+        .await,
+    )?;
+    Ok(())
 }
 
 /// The ticket items of `tickets`, in order; `None` for a ticket without an item.
