@@ -19,7 +19,7 @@ use super::wakeup::Wakeup;
 use super::{fence, interval, paths};
 use crate::backend::{
     AcquireRequest, Acquired, Backend, BackendError, Cancel, Grant, HolderInfo, HolderStatus,
-    IntervalClaim, LockStatus, Mode, WaiterStatus,
+    Inspect, IntervalClaim, LockStatus, Mode, WaiterStatus,
 };
 use crate::clock::{BootInstant, BootTimer};
 use crate::messages::io as io_reason;
@@ -377,6 +377,14 @@ impl Backend for FileBackend {
         acquired.await.map_err(|e| self.failed(&e))
     }
 
+    fn inspect(&self) -> &dyn Inspect {
+        self
+    }
+}
+
+/// Read from the kernel's lock table and the records; a kernel lock cannot be broken from outside.
+#[async_trait]
+impl Inspect for FileBackend {
     async fn status(&self, name: &LockName) -> Result<LockStatus, BackendError> {
         self.snapshot()
             .map(|snapshot| Self::status_in(&snapshot, name))

@@ -11,14 +11,12 @@ use async_trait::async_trait;
 
 use super::connect::{Link, REQUEST_TIMEOUT};
 use super::doorbell::Subscription;
-use super::inspect;
-use super::keys::Keys;
+use super::keys::{Keys, line_keys};
 use super::lease::RedisLease;
 use super::scripts;
 use crate::backend::waiting::line::{Attempt, Doorbell, Line, Taken, Ticket};
-use crate::backend::{BackendError, Grant, HolderInfo, IntervalClaim, Lease, LockStatus, Mode};
+use crate::backend::{BackendError, Grant, HolderInfo, Inspect, Lease, Mode};
 use crate::clock::BootInstant;
-use crate::name::LockName;
 
 /// A Redis server, as a line of waiters.
 pub struct Redis {
@@ -45,20 +43,6 @@ impl Redis {
 /// The lease length to ask for, in whole milliseconds (at least one).
 fn ttl_ms(ttl: Duration) -> u64 {
     ttl.as_millis().clamp(1, u128::from(u64::MAX)) as u64
-}
-
-/// The keys every script that touches the whole line takes first, in the scripts' order.
-fn line_keys(keys: &Keys) -> [String; 8] {
-    [
-        keys.meta(),
-        keys.queue(),
-        keys.beats(),
-        keys.xqueue(),
-        keys.squeue(),
-        keys.qinfo(),
-        keys.readers(),
-        keys.rinfo(),
-    ]
 }
 
 #[async_trait]
@@ -145,37 +129,7 @@ impl Line for Redis {
         ))
     }
 
-    async fn status(&self, name: &LockName) -> Result<LockStatus, BackendError> {
-        inspect::status(&self.link, name).await
-    }
-
-    async fn list(&self, prefix: &str) -> Result<Vec<LockStatus>, BackendError> {
-        inspect::list(&self.link, prefix).await
-    }
-
-    async fn force_release(&self, name: &LockName) -> Result<usize, BackendError> {
-        inspect::force_release(&self.link, name).await
-    }
-
-    async fn claim_interval(
-        &self,
-        name: &LockName,
-        interval: Duration,
-    ) -> Result<IntervalClaim, BackendError> {
-        let mut invocation = scripts::CLAIM_INTERVAL.prepare_invoke();
-        invocation
-            .key(Keys::new(name).meta())
-            .arg(u64::try_from(interval.as_micros()).unwrap_or(u64::MAX));
-        let (claimed, ago_us): (i64, i64) = self.link.script(REQUEST_TIMEOUT, &invocation).await?;
-        Ok(match claimed {
-            1 => IntervalClaim::Claimed,
-            _ => IntervalClaim::TooSoon {
-                ago: Duration::from_micros(u64::try_from(ago_us).unwrap_or(0)),
-            },
-        })
-    }
-
-    async fn server_time(&self) -> Result<Option<std::time::SystemTime>, BackendError> {
-        inspect::server_time(&self.link).await.map(Some)
+    fn inspect(&self) -> &dyn Inspect {
+        &*self.link
     }
 }

@@ -9,7 +9,7 @@
 
 pub(super) mod connect;
 pub(super) mod doorbell;
-mod inspect;
+pub(super) mod inspect;
 pub(super) mod keys;
 mod lease;
 mod line;

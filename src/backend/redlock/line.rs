@@ -15,7 +15,6 @@ use async_trait::async_trait;
 
 use super::bells::Bells;
 use super::grant::{self, Place, Tried};
-use super::inspect;
 use super::lease::RedlockLease;
 use super::masters::Masters;
 use super::scripts::{Call, LEAVE, line_keys};
@@ -23,9 +22,8 @@ use super::timing::drift;
 use crate::backend::redis::keys::Keys;
 use crate::backend::waiting::line::{Attempt, Doorbell, Line, Taken, Ticket};
 use crate::backend::waiting::policy::{LEAVE_TIMEOUT, random_bytes};
-use crate::backend::{BackendError, Grant, IntervalClaim, Lease, LockStatus};
+use crate::backend::{BackendError, Grant, Inspect, Lease};
 use crate::clock::BootInstant;
-use crate::name::LockName;
 
 /// How many more times a single try is made when contenders split the masters.
 const SPLIT_RETRIES: usize = 2;
@@ -124,27 +122,7 @@ impl Line for Redlock {
         ))
     }
 
-    async fn status(&self, name: &LockName) -> Result<LockStatus, BackendError> {
-        inspect::status(&self.masters, name).await
-    }
-
-    async fn list(&self, prefix: &str) -> Result<Vec<LockStatus>, BackendError> {
-        inspect::list(&self.masters, prefix).await
-    }
-
-    async fn force_release(&self, name: &LockName) -> Result<usize, BackendError> {
-        inspect::force_release(&self.masters, name).await
-    }
-
-    async fn claim_interval(
-        &self,
-        name: &LockName,
-        interval: Duration,
-    ) -> Result<IntervalClaim, BackendError> {
-        inspect::claim_interval(&self.masters, name, interval).await
-    }
-
-    async fn server_time(&self) -> Result<Option<std::time::SystemTime>, BackendError> {
-        inspect::server_time(&self.masters).await.map(Some)
+    fn inspect(&self) -> &dyn Inspect {
+        &*self.masters
     }
 }

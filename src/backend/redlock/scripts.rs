@@ -12,9 +12,9 @@ use redis::{FromRedisValue, Script, ToRedisArgs};
 
 use crate::backend::BackendError;
 use crate::backend::redis::connect::Link;
-use crate::backend::redis::keys::Keys;
 use crate::backend::redis::scripts::with_wake;
 
+pub use crate::backend::redis::keys::line_keys;
 pub use crate::backend::redis::scripts::{
     CLAIM_INTERVAL, FORCE_RELEASE, LEAVE, RELEASE, RELEASE_SHARED, RENEW, RENEW_SHARED,
 };
@@ -75,19 +75,4 @@ impl Call {
         }
         link.script(limit, &invocation).await
     }
-}
-
-/// The keys of a name that the scripts touching its whole line take first, in their order (the
-/// Redis backend's layout).
-pub fn line_keys(keys: &Keys) -> [String; 8] {
-    [
-        keys.meta(),
-        keys.queue(),
-        keys.beats(),
-        keys.xqueue(),
-        keys.squeue(),
-        keys.qinfo(),
-        keys.readers(),
-        keys.rinfo(),
-    ]
 }

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use zookeeper_client::{self as zk, CreateMode};
 
+use super::inspect::lent;
 use super::link::{Link, REQUEST_TIMEOUT};
 use super::paths::RUN;
 use crate::backend::{BackendError, IntervalClaim};
@@ -28,27 +29,20 @@ pub async fn claim(
     name: &LockName,
     interval: Duration,
 ) -> Result<IntervalClaim, BackendError> {
-    let lent = link.inspector().await?;
     let path = link.paths.child(name, RUN);
-    let mut claimed = Err(BackendError::Failed {
-        endpoint: link.endpoints().to_owned(),
-        reason: format!("too many runs of {name} claimed --min-interval at once"),
-    });
-    for _ in 0..TRIES {
-        match attempt(link, &lent.client, name, &path, interval).await {
-            Ok(Some(claim)) => {
-                claimed = Ok(claim);
-                break;
-            }
-            Ok(None) => {}
-            Err(e) => {
-                claimed = Err(link.failed(&e));
-                break;
+    lent(link, async |client| {
+        for _ in 0..TRIES {
+            let tried = attempt(link, client, name, &path, interval).await;
+            if let Some(claim) = tried.map_err(|e| link.failed(&e))? {
+                return Ok(claim);
             }
         }
-    }
-    lent.done().await;
-    claimed
+        Err(BackendError::Failed {
+            endpoint: link.endpoints().to_owned(),
+            reason: format!("too many runs of {name} claimed --min-interval at once"),
+        })
+    })
+    .await
 }
 
 /// One try; `None` when it raced with another writer.
