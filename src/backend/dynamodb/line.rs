@@ -26,7 +26,7 @@ use super::queue::{self, BEAT_EVERY, Place};
 use super::sightings::Sightings;
 use crate::backend::waiting::line::{Attempt, Doorbell, Line, Taken, Ticket};
 use crate::backend::waiting::policy::{HEARTBEAT, SAFETY_RECHECK};
-use crate::backend::{BackendError, Grant, HolderInfo, Inspect, Lease};
+use crate::backend::{BackendError, HolderInfo, Inspect, Lease};
 use crate::clock::BootInstant;
 use crate::name::LockName;
 
@@ -387,12 +387,7 @@ impl Line for Dynamo {
             Seat::new(request.mode, taken.slot, &ticket.owner),
             ticket.owner.clone(),
             served,
-            Grant {
-                token: taken.token,
-                slot: taken.slot,
-                ttl: Some(taken.ttl),
-                sent_at,
-            },
+            taken.grant(sent_at),
         ))
     }
 

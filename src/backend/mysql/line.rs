@@ -24,9 +24,7 @@ use super::settings::Settings;
 use super::sql::{Try, millis};
 use crate::backend::waiting::line::{Attempt, Doorbell, InLine, Line, Taken, Ticket};
 use crate::backend::waiting::policy::recheck_at;
-use crate::backend::{
-    Backend, BackendError, Grant, HolderInfo, Inspect, Lease, Mode, Settings as _,
-};
+use crate::backend::{Backend, BackendError, HolderInfo, Inspect, Lease, Mode, Settings as _};
 use crate::clock::BootInstant;
 
 /// Connects to the server `settings` names.
@@ -169,12 +167,7 @@ impl Line for MySql {
             Arc::clone(&self.link),
             ticket.request.name.to_string(),
             ticket.owner.clone(),
-            Grant {
-                token: taken.token,
-                slot: taken.slot,
-                ttl: Some(taken.ttl),
-                sent_at,
-            },
+            taken.grant(sent_at),
         ))
     }
 

@@ -23,9 +23,7 @@ use super::pace::{Pace, Standing, View, Waiter};
 use super::settings::Settings;
 use super::{pgpass, schema};
 use crate::backend::waiting::line::{Attempt, Doorbell, InLine, Line, Taken, Ticket};
-use crate::backend::{
-    Backend, BackendError, Grant, HolderInfo, Inspect, Lease, Mode, Settings as _,
-};
+use crate::backend::{Backend, BackendError, HolderInfo, Inspect, Lease, Mode, Settings as _};
 use crate::clock::BootInstant;
 
 /// Connects to the server `settings` name, with the password file's password when neither the
@@ -260,12 +258,7 @@ impl Line for Postgres {
             ticket.request.name.to_string(),
             row_slot,
             ticket.owner.clone(),
-            Grant {
-                token: taken.token,
-                slot: taken.slot,
-                ttl: Some(taken.ttl),
-                sent_at,
-            },
+            taken.grant(sent_at),
         ))
     }
 

@@ -87,6 +87,11 @@ impl Keys {
         format!("{}wake:", self.base)
     }
 
+    /// Waiter `owner`'s wake-up channel.
+    pub fn wake(&self, owner: &str) -> String {
+        format!("{}{owner}", self.wake_prefix())
+    }
+
     /// The prefix of every holder's revocation channel; `revoke:ID` is holder ID's.
     pub fn revoke_prefix(&self) -> String {
         format!("{}revoke:", self.base)

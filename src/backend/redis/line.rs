@@ -15,7 +15,7 @@ use super::keys::{Keys, line_keys};
 use super::lease::RedisLease;
 use super::scripts;
 use crate::backend::waiting::line::{Attempt, Doorbell, Line, Taken, Ticket};
-use crate::backend::{BackendError, Grant, HolderInfo, Inspect, Lease, Mode};
+use crate::backend::{BackendError, HolderInfo, Inspect, Lease, Mode};
 use crate::clock::BootInstant;
 
 /// A Redis server, as a line of waiters.
@@ -106,11 +106,7 @@ impl Line for Redis {
     }
 
     async fn doorbell(&self, ticket: &Ticket<'_>) -> Result<Box<dyn Doorbell>, BackendError> {
-        let channel = format!(
-            "{}{}",
-            Keys::new(&ticket.request.name).wake_prefix(),
-            ticket.owner
-        );
+        let channel = Keys::new(&ticket.request.name).wake(&ticket.owner);
         Ok(Box::new(Subscription::open(&self.link, &channel).await?))
     }
 
@@ -120,12 +116,7 @@ impl Line for Redis {
             Keys::new(&ticket.request.name),
             ticket.request.mode,
             ticket.owner.clone(),
-            Grant {
-                token: taken.token,
-                slot: taken.slot,
-                ttl: Some(taken.ttl),
-                sent_at,
-            },
+            taken.grant(sent_at),
         ))
     }
 

@@ -22,7 +22,7 @@ use super::timing::drift;
 use crate::backend::redis::keys::Keys;
 use crate::backend::waiting::line::{Attempt, Doorbell, Line, Taken, Ticket};
 use crate::backend::waiting::policy::{LEAVE_TIMEOUT, random_bytes};
-use crate::backend::{BackendError, Grant, Inspect, Lease};
+use crate::backend::{BackendError, Inspect, Lease};
 use crate::clock::BootInstant;
 
 /// How many more times a single try is made when contenders split the masters.
@@ -95,11 +95,7 @@ impl Line for Redlock {
     }
 
     async fn doorbell(&self, ticket: &Ticket<'_>) -> Result<Box<dyn Doorbell>, BackendError> {
-        let channel = format!(
-            "{}{}",
-            Keys::new(&ticket.request.name).wake_prefix(),
-            ticket.owner
-        );
+        let channel = Keys::new(&ticket.request.name).wake(&ticket.owner);
         Ok(Box::new(Bells::open(&self.masters, &channel).await?))
     }
 
@@ -110,15 +106,10 @@ impl Line for Redlock {
             Keys::new(&ticket.request.name),
             ticket.request.mode,
             ticket.owner.clone(),
-            Grant {
-                token: taken.token,
-                slot: taken.slot,
-                ttl: Some(taken.ttl),
-                // The masters' clocks may run ahead of lockrun's by the drift: the lease is
-                // counted as if asked for that much earlier, so that it is known to last its
-                // validity (TTL − drift) and the command is told the TTL the masters grant.
-                sent_at: sent_at.saturating_sub(drift(taken.ttl)),
-            },
+            // The masters' clocks may run ahead of lockrun's by the drift: the lease is counted as
+            // if asked for that much earlier, so that it is known to last its validity (TTL −
+            // drift) and the command is told the TTL the masters grant.
+            taken.grant(sent_at.saturating_sub(drift(taken.ttl))),
         ))
     }
 

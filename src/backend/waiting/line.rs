@@ -22,7 +22,7 @@ use async_trait::async_trait;
 
 use super::policy::{HEARTBEAT, LEAVE_TIMEOUT, Nap, Outage, SAFETY_RECHECK, owner_id, recheck_at};
 use crate::backend::{
-    AcquireRequest, Acquired, Backend, BackendError, Cancel, HolderInfo, Inspect, Lease,
+    AcquireRequest, Acquired, Backend, BackendError, Cancel, Grant, HolderInfo, Inspect, Lease,
 };
 use crate::clock::BootInstant;
 
@@ -58,6 +58,18 @@ pub struct Taken {
     pub slot: u32,
     /// The lease length granted.
     pub ttl: Duration,
+}
+
+impl Taken {
+    /// What was granted, counting the lease from `sent_at`.
+    pub fn grant(self, sent_at: BootInstant) -> Grant {
+        Grant {
+            token: self.token,
+            slot: self.slot,
+            ttl: Some(self.ttl),
+            sent_at,
+        }
+    }
 }
 
 /// What one try found.

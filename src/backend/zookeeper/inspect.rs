@@ -113,12 +113,16 @@ impl Inspect for Link {
         .await
     }
 
+    /// `--min-interval`, by the ensemble's clock (see [`interval`]).
     async fn claim_interval(
         &self,
         name: &LockName,
         interval: Duration,
     ) -> Result<IntervalClaim, BackendError> {
-        interval::claim(self, name, interval).await
+        lent(self, async |client| {
+            interval::claim(self, client, name, interval).await
+        })
+        .await
     }
 
     /// The ensemble's clock: the modification time the leader gives a write to the root node.
@@ -129,7 +133,7 @@ impl Inspect for Link {
 
 /// Runs `inspection` on a session lent to it: the run's own, or one opened for it alone and
 /// closed as soon as it is over.
-pub async fn lent<T>(
+async fn lent<T>(
     link: &Link,
     inspection: impl AsyncFnOnce(&zk::Client) -> Result<T, BackendError>,
 ) -> Result<T, BackendError> {

@@ -14,7 +14,6 @@ use std::time::Duration;
 
 use zookeeper_client::{self as zk, CreateMode};
 
-use super::inspect::lent;
 use super::link::{Link, REQUEST_TIMEOUT};
 use super::paths::RUN;
 use crate::backend::{BackendError, IntervalClaim};
@@ -23,26 +22,24 @@ use crate::name::LockName;
 /// How many races a claim may lose before giving up.
 const TRIES: u32 = 10;
 
-/// Claims NAME's run now unless it last ran less than `interval` ago.
+/// Claims NAME's run now, on `client`, unless it last ran less than `interval` ago.
 pub async fn claim(
     link: &Link,
+    client: &zk::Client,
     name: &LockName,
     interval: Duration,
 ) -> Result<IntervalClaim, BackendError> {
     let path = link.paths.child(name, RUN);
-    lent(link, async |client| {
-        for _ in 0..TRIES {
-            let tried = attempt(link, client, name, &path, interval).await;
-            if let Some(claim) = tried.map_err(|e| link.failed(&e))? {
-                return Ok(claim);
-            }
+    for _ in 0..TRIES {
+        let tried = attempt(link, client, name, &path, interval).await;
+        if let Some(claim) = tried.map_err(|e| link.failed(&e))? {
+            return Ok(claim);
         }
-        Err(BackendError::Failed {
-            endpoint: link.endpoints().to_owned(),
-            reason: format!("too many runs of {name} claimed --min-interval at once"),
-        })
+    }
+    Err(BackendError::Failed {
+        endpoint: link.endpoints().to_owned(),
+        reason: format!("too many runs of {name} claimed --min-interval at once"),
     })
-    .await
 }
 
 /// One try; `None` when it raced with another writer.
