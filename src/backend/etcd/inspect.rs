@@ -71,22 +71,13 @@ impl Inspect for Link {
 
     /// Every held name that starts with `prefix`, sorted by name.
     async fn list(&self, prefix: &str) -> Result<Vec<LockStatus>, BackendError> {
-        let start = format!("{ROOT}{prefix}");
-        let found = self
-            .call(REQUEST_TIMEOUT, |mut client| {
-                let start = start.clone();
-                async move {
-                    client
-                        .get(
-                            start,
-                            Some(GetOptions::new().with_prefix().with_keys_only()),
-                        )
-                        .await
-                }
-            })
-            .await?;
+        let found = under(
+            self,
+            format!("{ROOT}{prefix}"),
+            GetOptions::new().with_prefix().with_keys_only(),
+        )
+        .await?;
         let names: BTreeSet<LockName> = found
-            .kvs()
             .iter()
             .filter_map(|kv| keys::name_of_holder(kv.key()))
             .filter(|name| name.as_str().starts_with(prefix))
@@ -145,22 +136,22 @@ pub fn holding(line: &[(Mode, u32)]) -> Vec<bool> {
 
 /// The holder keys of `name`, in line order.
 async fn line(link: &Link, name: &LockName) -> Result<Vec<KeyValue>, BackendError> {
-    let prefix = Keys::new(name).holders();
+    let in_line_order = GetOptions::new()
+        .with_prefix()
+        .with_sort(SortTarget::Create, SortOrder::Ascend);
+    under(link, Keys::new(name).holders(), in_line_order).await
+}
+
+/// The keys under `prefix`, read with `options` (a prefix read).
+async fn under(
+    link: &Link,
+    prefix: String,
+    options: GetOptions,
+) -> Result<Vec<KeyValue>, BackendError> {
     let mut found = link
         .call(REQUEST_TIMEOUT, |mut client| {
-            let prefix = prefix.clone();
-            async move {
-                client
-                    .get(
-                        prefix,
-                        Some(
-                            GetOptions::new()
-                                .with_prefix()
-                                .with_sort(SortTarget::Create, SortOrder::Ascend),
-                        ),
-                    )
-                    .await
-            }
+            let (prefix, options) = (prefix.clone(), options.clone());
+            async move { client.get(prefix, Some(options)).await }
         })
         .await?;
     Ok(found.take_kvs())

@@ -10,7 +10,7 @@ use async_trait::async_trait;
 
 use super::connect::{Link, REQUEST_TIMEOUT};
 use super::keys::{self, Keys};
-use super::scripts;
+use super::scripts::{self, Call};
 use crate::backend::inspect::held;
 use crate::backend::{
     BackendError, HolderInfo, HolderStatus, Inspect, IntervalClaim, LockStatus, MAX_LIMIT,
@@ -30,12 +30,9 @@ impl Inspect for Link {
     async fn status(&self, name: &LockName) -> Result<LockStatus, BackendError> {
         let keys = Keys::new(name);
         let limit = known_limit(self, &keys).await?;
-        let mut invocation = scripts::STATUS.prepare_invoke();
-        for key in status_keys(&keys, limit) {
-            invocation.key(key);
-        }
+        let call = Call::new(&scripts::STATUS).keys(status_keys(&keys, limit));
         let (waiting, held): (Vec<String>, Vec<StoredHolder>) =
-            self.script(REQUEST_TIMEOUT, &invocation).await?;
+            call.run(self, REQUEST_TIMEOUT).await?;
         let holders = held
             .into_iter()
             .map(|(slot, token, info, left_ms)| {
@@ -63,12 +60,9 @@ impl Inspect for Link {
     async fn force_release(&self, name: &LockName) -> Result<usize, BackendError> {
         let keys = Keys::new(name);
         let limit = known_limit(self, &keys).await?;
-        let mut invocation = scripts::FORCE_RELEASE.prepare_invoke();
-        for key in force_release_keys(&keys, limit) {
-            invocation.key(key);
-        }
-        invocation.arg(keys.wake_prefix()).arg(keys.revoke_prefix());
-        let dropped: u64 = self.script(REQUEST_TIMEOUT, &invocation).await?;
+        let dropped: u64 = force_release_call(&keys, limit)
+            .run(self, REQUEST_TIMEOUT)
+            .await?;
         Ok(usize::try_from(dropped).unwrap_or(usize::MAX))
     }
 
@@ -78,11 +72,9 @@ impl Inspect for Link {
         name: &LockName,
         interval: Duration,
     ) -> Result<IntervalClaim, BackendError> {
-        let mut invocation = scripts::CLAIM_INTERVAL.prepare_invoke();
-        invocation
-            .key(Keys::new(name).meta())
-            .arg(u64::try_from(interval.as_micros()).unwrap_or(u64::MAX));
-        let (claimed, ago_us): (i64, i64) = self.script(REQUEST_TIMEOUT, &invocation).await?;
+        let (claimed, ago_us): (i64, i64) = claim_interval_call(name, interval)
+            .run(self, REQUEST_TIMEOUT)
+            .await?;
         Ok(match claimed {
             1 => IntervalClaim::Claimed,
             _ => IntervalClaim::TooSoon {
@@ -110,18 +102,25 @@ pub fn status_keys(keys: &Keys, limit: u32) -> Vec<String> {
     all
 }
 
-/// The keys the force-release script takes, in its order, for a name whose holders declared
-/// `limit`.
-pub fn force_release_keys(keys: &Keys, limit: u32) -> Vec<String> {
-    let mut all = vec![
-        keys.meta(),
-        keys.queue(),
-        keys.xqueue(),
-        keys.readers(),
-        keys.rinfo(),
-    ];
-    all.extend(keys.slots(limit));
-    all
+/// The force-release script's invocation for a name whose holders declared `limit`.
+pub fn force_release_call(keys: &Keys, limit: u32) -> Call {
+    Call::new(&scripts::FORCE_RELEASE)
+        .key(keys.meta())
+        .key(keys.queue())
+        .key(keys.xqueue())
+        .key(keys.readers())
+        .key(keys.rinfo())
+        .keys(keys.slots(limit))
+        .arg(keys.wake_prefix())
+        .arg(keys.revoke_prefix())
+}
+
+/// The `--min-interval` script's invocation: record a run of `name` unless the last one is
+/// younger than `interval`.
+pub fn claim_interval_call(name: &LockName, interval: Duration) -> Call {
+    Call::new(&scripts::CLAIM_INTERVAL)
+        .key(Keys::new(name).meta())
+        .arg(u64::try_from(interval.as_micros()).unwrap_or(u64::MAX))
 }
 
 /// The names on this server that start with `prefix` and have a meta key, by `SCAN`.

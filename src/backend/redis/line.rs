@@ -8,12 +8,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use redis::Script;
 
 use super::connect::{Link, REQUEST_TIMEOUT};
 use super::doorbell::Subscription;
 use super::keys::{Keys, line_keys};
 use super::lease::RedisLease;
-use super::scripts;
+use super::scripts::{self, Call};
 use crate::backend::waiting::line::{Attempt, Doorbell, Line, Taken, Ticket};
 use crate::backend::{BackendError, HolderInfo, Inspect, Lease, Mode};
 use crate::clock::BootInstant;
@@ -45,6 +46,38 @@ fn ttl_ms(ttl: Duration) -> u64 {
     ttl.as_millis().clamp(1, u128::from(u64::MAX)) as u64
 }
 
+/// An acquire script's invocation for `ticket`: the keys of the whole line and of every slot,
+/// then the try itself (Redlock's acquire script takes the same first, and more after).
+pub fn acquire_call(script: &'static Script, ticket: &Ticket<'_>) -> Call {
+    let request = ticket.request;
+    let keys = Keys::new(&request.name);
+    Call::new(script)
+        .keys(line_keys(&keys))
+        .keys(keys.slots(request.limit))
+        .arg(&ticket.owner)
+        .arg(ttl_ms(request.ttl))
+        .arg(request.limit)
+        .arg(ticket.holder_json())
+        .arg(ticket.heartbeat.as_millis() as u64)
+        .arg(match request.mode {
+            Mode::Exclusive => "x",
+            Mode::Shared => "s",
+        })
+        .arg(if request.supersede { "1" } else { "0" })
+        .arg(keys.wake_prefix())
+}
+
+/// The leave script's invocation for `ticket`: out of the line, and out of any slot a lost answer
+/// gave it.
+pub fn leave_call(ticket: &Ticket<'_>) -> Call {
+    let keys = Keys::new(&ticket.request.name);
+    Call::new(&scripts::LEAVE)
+        .keys(line_keys(&keys))
+        .keys(keys.slots(ticket.request.limit))
+        .arg(&ticket.owner)
+        .arg(keys.wake_prefix())
+}
+
 #[async_trait]
 impl Line for Redis {
     fn describe(&self) -> String {
@@ -53,28 +86,10 @@ impl Line for Redis {
 
     async fn attempt(&self, ticket: &Ticket<'_>) -> Result<Attempt, BackendError> {
         let request = ticket.request;
-        let keys = Keys::new(&request.name);
-        let mut invocation = scripts::ACQUIRE.prepare_invoke();
-        for key in line_keys(&keys) {
-            invocation.key(key);
-        }
-        for slot in keys.slots(request.limit) {
-            invocation.key(slot);
-        }
-        invocation
-            .arg(&ticket.owner)
-            .arg(ttl_ms(request.ttl))
-            .arg(request.limit)
-            .arg(ticket.holder_json())
-            .arg(ticket.heartbeat.as_millis() as u64)
-            .arg(match request.mode {
-                Mode::Exclusive => "x",
-                Mode::Shared => "s",
-            })
-            .arg(if request.supersede { "1" } else { "0" })
-            .arg(keys.wake_prefix());
         let (taken, token, slot, superseded, by): (i64, i64, i64, i64, String) =
-            self.link.script(REQUEST_TIMEOUT, &invocation).await?;
+            acquire_call(&scripts::ACQUIRE, ticket)
+                .run(&self.link, REQUEST_TIMEOUT)
+                .await?;
         if taken == 1 {
             return Ok(Attempt::Taken(Taken {
                 token: u64::try_from(token).map_err(|_| self.unexpected("acquire"))?,
@@ -90,17 +105,8 @@ impl Line for Redis {
     }
 
     async fn leave(&self, ticket: &Ticket<'_>) -> Result<(), BackendError> {
-        let keys = Keys::new(&ticket.request.name);
-        let mut invocation = scripts::LEAVE.prepare_invoke();
-        for key in line_keys(&keys) {
-            invocation.key(key);
-        }
-        for slot in keys.slots(ticket.request.limit) {
-            invocation.key(slot);
-        }
-        invocation.arg(&ticket.owner).arg(keys.wake_prefix());
-        self.link
-            .script::<i64>(REQUEST_TIMEOUT, &invocation)
+        leave_call(ticket)
+            .run::<i64>(&self.link, REQUEST_TIMEOUT)
             .await
             .map(drop)
     }

@@ -12,7 +12,7 @@ pub(super) mod doorbell;
 pub(super) mod inspect;
 pub(super) mod keys;
 mod lease;
-mod line;
+pub(super) mod line;
 pub(super) mod scripts;
 mod settings;
 

@@ -15,11 +15,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::masters::Masters;
-use super::scripts::{CLAIM_INTERVAL, Call, FORCE_RELEASE, STATUS};
+use super::scripts::{Call, STATUS};
 use crate::backend::inspect::held;
 use crate::backend::redis::connect::REQUEST_TIMEOUT;
 use crate::backend::redis::inspect::{
-    clock, declared_limit, force_release_keys, scan_names, status_keys,
+    claim_interval_call, clock, declared_limit, force_release_call, scan_names, status_keys,
 };
 use crate::backend::redis::keys::Keys;
 use crate::backend::{
@@ -74,10 +74,7 @@ impl Inspect for Masters {
     async fn force_release(&self, name: &LockName) -> Result<usize, BackendError> {
         let keys = Keys::new(name);
         let limit = known_limit(self, &keys).await?;
-        let call = Call::new(&FORCE_RELEASE)
-            .keys(force_release_keys(&keys, limit))
-            .arg(keys.wake_prefix())
-            .arg(keys.revoke_prefix());
+        let call = force_release_call(&keys, limit);
         let dropped = self
             .most_of(self.call::<u64>(&call, REQUEST_TIMEOUT), STRAGGLERS)
             .await?;
@@ -92,9 +89,7 @@ impl Inspect for Masters {
         name: &LockName,
         interval: Duration,
     ) -> Result<IntervalClaim, BackendError> {
-        let call = Call::new(&CLAIM_INTERVAL)
-            .key(Keys::new(name).meta())
-            .arg(u64::try_from(interval.as_micros()).unwrap_or(u64::MAX));
+        let call = claim_interval_call(name, interval);
         let mut round = self.call::<(i64, i64)>(&call, REQUEST_TIMEOUT);
         let (mut claimed, mut too_soon, mut failures) = (0, Vec::new(), Vec::new());
         while let Some((i, answer)) = round.next().await {

@@ -17,9 +17,9 @@ use super::bells::Bells;
 use super::grant::{self, Place, Tried};
 use super::lease::RedlockLease;
 use super::masters::Masters;
-use super::scripts::{Call, LEAVE, line_keys};
 use super::timing::drift;
 use crate::backend::redis::keys::Keys;
+use crate::backend::redis::line::leave_call;
 use crate::backend::waiting::line::{Attempt, Doorbell, Line, Taken, Ticket};
 use crate::backend::waiting::policy::{LEAVE_TIMEOUT, random_bytes};
 use crate::backend::{BackendError, Inspect, Lease};
@@ -84,13 +84,7 @@ impl Line for Redlock {
 
     async fn leave(&self, ticket: &Ticket<'_>) -> Result<(), BackendError> {
         self.places().remove(&ticket.owner);
-        let keys = Keys::new(&ticket.request.name);
-        let call = Call::new(&LEAVE)
-            .keys(line_keys(&keys))
-            .keys(keys.slots(ticket.request.limit))
-            .arg(&ticket.owner)
-            .arg(keys.wake_prefix());
-        let round = self.masters.call::<i64>(&call, LEAVE_TIMEOUT);
+        let round = self.masters.call::<i64>(&leave_call(ticket), LEAVE_TIMEOUT);
         self.masters.quorum_of(round).await.map(drop)
     }
 
