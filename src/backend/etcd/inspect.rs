@@ -1,7 +1,7 @@
-//! `status`, `list`, `release --force` (and, from [`interval`], `--min-interval`) on etcd: reading the line of a name (its holder keys in
-//! create-revision order), telling holders from waiters by the rule every waiter applies to itself
-//! ([`holding`]), asking the cluster how long each holder's lease has left, and revoking holders'
-//! leases.
+//! `status`, `list` and `release --force` on etcd (and, from [`interval`], `--min-interval`):
+//! reading the line of a name (its holder keys in create-revision order), telling holders from
+//! waiters by the rule every waiter applies to itself ([`holding`]), asking the cluster how long
+//! each holder's lease has left, and revoking holders' leases.
 //!
 //! The limit shown is the largest `--limit` any key in the line declared (1 for an empty line).
 //! A forced release revokes the holders' leases rather than deleting their keys: the keys and

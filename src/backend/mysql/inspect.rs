@@ -1,4 +1,4 @@
-//! Reading and breaking leases from outside — `status`, `list` and `release --force` —, and
+//! Reading and breaking leases from outside (`status`, `list` and `release --force`), and
 //! `--min-interval`'s claim and the server's clock, all by the server's clock (a row past its
 //! expiry is not a holder, whatever it says).
 

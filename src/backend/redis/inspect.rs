@@ -1,5 +1,5 @@
-//! Reading and breaking Redis leases from the outside — `status`, `list` (by `SCAN`, never `KEYS`,
-//! so a large database is not blocked) and `release --force` —, `--min-interval`'s claim and the
+//! Reading and breaking Redis leases from the outside (`status`, `list` by `SCAN`, never `KEYS`,
+//! so a large database is not blocked, and `release --force`), `--min-interval`'s claim and the
 //! server's clock. The Redlock backend asks each of its masters the same questions with the
 //! pieces here that read one server.
 

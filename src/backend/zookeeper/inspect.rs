@@ -1,5 +1,6 @@
 //! Reading and breaking locks from the outside: `status`, `list`, `release --force`, and the
-//! ensemble's clock for `lockrun drill`.
+//! ensemble's clock for `lockrun drill`; each (and the `--min-interval` claim of [`interval`]) on
+//! a session lent to it.
 //!
 //! A name's line is read in two round trips whatever its length: its children, then every
 //! contender's and slot's data and stat in one multi-read. A contender holds by the rule of
