@@ -149,7 +149,11 @@ async fn claim_interval(
     config: &RunConfig,
     interval: Duration,
 ) -> Result<(), Error> {
-    match backend.claim_interval(&config.name, interval).await? {
+    match backend
+        .inspect()
+        .claim_interval(&config.name, interval)
+        .await?
+    {
         IntervalClaim::Claimed => Ok(()),
         IntervalClaim::TooSoon { ago } => Err(Error::Busy {
             message: format!(
@@ -212,18 +216,20 @@ async fn busy(backend: &dyn Backend, config: &RunConfig) -> Error {
         Some(wait) if !wait.is_zero() => format!(" after waiting {}", duration(wait)),
         _ => String::new(),
     };
-    let holder = match tokio::time::timeout(BUSY_DETAIL_TIMEOUT, backend.status(&config.name)).await
-    {
-        Ok(Ok(status)) => status
-            .holders
-            .first()
-            .map(|h| match (h.token, h.host.is_empty()) {
-                (0, true) => format!(" (held by pid {}: not a lockrun, no token)", h.pid),
-                _ => format!(" (held by pid {} on {}, token {})", h.pid, h.host, h.token),
-            })
-            .unwrap_or_default(),
-        _ => String::new(),
-    };
+    let holder =
+        match tokio::time::timeout(BUSY_DETAIL_TIMEOUT, backend.inspect().status(&config.name))
+            .await
+        {
+            Ok(Ok(status)) => status
+                .holders
+                .first()
+                .map(|h| match (h.token, h.host.is_empty()) {
+                    (0, true) => format!(" (held by pid {}: not a lockrun, no token)", h.pid),
+                    _ => format!(" (held by pid {} on {}, token {})", h.pid, h.host, h.token),
+                })
+                .unwrap_or_default(),
+            _ => String::new(),
+        };
     Error::Busy {
         message: format!("{} is busy{waited}{holder}", config.name),
         code: config.busy_exit_code,

@@ -20,7 +20,7 @@ pub async fn status(
     quiet: bool,
 ) -> Result<u8, Error> {
     let backend = spec.open().await?;
-    let status = backend.status(name).await?;
+    let status = backend.inspect().status(name).await?;
     if quiet {
         return Ok(if status.held { 0 } else { FREE });
     }
@@ -35,7 +35,7 @@ pub async fn status(
 /// Prints the held names that start with `prefix`.
 pub async fn list(spec: &BackendSpec, prefix: &str, json: bool) -> Result<u8, Error> {
     let backend = spec.open().await?;
-    let held = backend.list(prefix).await?;
+    let held = backend.inspect().list(prefix).await?;
     let text = if json {
         to_json(&held)?
     } else {
@@ -47,7 +47,7 @@ pub async fn list(spec: &BackendSpec, prefix: &str, json: bool) -> Result<u8, Er
 /// Drops every holder of `name` on a backend that can.
 pub async fn force_release(spec: &BackendSpec, name: &LockName) -> Result<u8, Error> {
     let backend = spec.open().await?;
-    match backend.force_release(name).await? {
+    match backend.inspect().force_release(name).await? {
         0 => crate::warn!("{name} is not held; nothing to release"),
         n => crate::warn!(
             "released {n} holder(s) of {name}; each is told to stop its command (one that cannot be reached stops when its next renewal fails)"

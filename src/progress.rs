@@ -22,7 +22,7 @@ pub async fn report(
 ) -> Infallible {
     tokio::time::sleep(FIRST_AFTER).await;
     loop {
-        match tokio::time::timeout(READ_TIMEOUT, backend.status(&request.name)).await {
+        match tokio::time::timeout(READ_TIMEOUT, backend.inspect().status(&request.name)).await {
             Ok(Ok(status)) => crate::warn!("{}", line(&status, request)),
             Ok(Err(e)) => crate::debug!("cannot read who holds {}: {e}", request.name),
             Err(_) => crate::debug!("reading who holds {} took too long", request.name),

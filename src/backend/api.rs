@@ -1,6 +1,6 @@
-//! What every backend offers: acquire (waiting until a deadline, or until cancelled), renew,
-//! release, status, list, force release and the fleet-wide run interval, with semaphore slots,
-//! shared (reader) holders and fencing tokens.
+//! What every backend offers: acquire (waiting until a deadline, or until cancelled), renew and
+//! release, with semaphore slots, shared (reader) holders and fencing tokens; and, through
+//! [`Inspect`], status, list, force release and the fleet-wide run interval.
 //!
 //! The contract each implementation keeps:
 //! - `acquire` returns a lease only when the backend has recorded this run as a holder, with a token
@@ -19,6 +19,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+use super::inspect::Inspect;
 use crate::clock::BootInstant;
 use crate::name::LockName;
 
@@ -268,29 +269,9 @@ pub trait Backend: Send + Sync {
         cancel: Cancel<'_>,
     ) -> Result<Acquired, BackendError>;
 
-    /// Who holds `name` now, and who waits.
-    async fn status(&self, name: &LockName) -> Result<LockStatus, BackendError>;
-
-    /// Every held name that starts with `prefix`, sorted by name.
-    async fn list(&self, prefix: &str) -> Result<Vec<LockStatus>, BackendError>;
-
-    /// Drops every holder of `name` and tells each at once; returns how many there were. Tokens
-    /// are never reset.
-    async fn force_release(&self, name: &LockName) -> Result<usize, BackendError>;
-
-    /// `--min-interval`: atomically, by the backend's clock where it has one, records that NAME is
-    /// run now unless it was last recorded less than `interval` ago.
-    async fn claim_interval(
-        &self,
-        name: &LockName,
-        interval: Duration,
-    ) -> Result<IntervalClaim, BackendError>;
-
-    /// The backend server's wall clock, for the skew that `lockrun drill` reports; `None` for a
-    /// backend without a clock of its own. No lease decision ever uses it.
-    async fn server_time(&self) -> Result<Option<std::time::SystemTime>, BackendError> {
-        Ok(None)
-    }
+    /// What it answers about names without holding them: `status`, `list`, `release --force`,
+    /// `--min-interval` and its clock.
+    fn inspect(&self) -> &dyn Inspect;
 }
 
 /// `status --json`: the contract's shape, plus the line of waiters in order (`queue`).

@@ -1,7 +1,8 @@
 //! The lease abstraction and its implementations, one folder per backend.
 //!
-//! The supervisor and the subcommands see only [`Backend`] and [`Lease`]; which engine sits behind
-//! them is decided once, from the URL, by [`BackendSpec::parse`] and [`BackendSpec::open`].
+//! The supervisor and the subcommands see only [`Backend`] (with its [`Inspect`]) and [`Lease`];
+//! which engine sits behind them is decided once, from the URL, by [`BackendSpec::parse`] and
+//! [`BackendSpec::open`].
 //! Backends with a server-side line of waiters implement [`waiting::line::Line`] and get the
 //! waiting itself from [`waiting::line::InLine`].
 
@@ -10,6 +11,7 @@ mod api;
 mod dynamodb;
 mod etcd;
 mod file;
+mod inspect;
 mod mysql;
 mod postgres;
 mod redis;
@@ -23,4 +25,5 @@ pub use api::{
     AcquireRequest, Acquired, Backend, BackendError, Cancel, Grant, HolderInfo, HolderStatus,
     IntervalClaim, Lease, LockStatus, MAX_LIMIT, Mode, RenewError, Renewal, WaiterStatus,
 };
+pub use inspect::Inspect;
 pub use spec::{BackendSpec, Settings, default_state_dir, has_secret, redact};

@@ -15,7 +15,7 @@ pub async fn round_trip(backend: &dyn Backend, name: &LockName) -> Result<Durati
     let mut samples = Vec::with_capacity(SAMPLES);
     for _ in 0..SAMPLES {
         let sent = BootInstant::now();
-        backend.status(name).await?;
+        backend.inspect().status(name).await?;
         samples.push(BootInstant::now() - sent);
     }
     samples.sort();
@@ -27,7 +27,7 @@ pub async fn round_trip(backend: &dyn Backend, name: &LockName) -> Result<Durati
 pub async fn skew_ms(backend: &dyn Backend) -> Result<Option<f64>, BackendError> {
     let before = SystemTime::now();
     let sent = BootInstant::now();
-    let Some(server) = backend.server_time().await? else {
+    let Some(server) = backend.inspect().server_time().await? else {
         return Ok(None);
     };
     let local = before + (BootInstant::now() - sent) / 2;

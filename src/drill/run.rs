@@ -48,7 +48,7 @@ pub async fn drill(
     let mut interrupt = listen(SignalKind::interrupt())?;
     let mut terminate = listen(SignalKind::terminate())?;
     let backend = spec.open().await?;
-    let status = backend.status(name).await?;
+    let status = backend.inspect().status(name).await?;
     if status.held || status.waiters > 0 {
         return Err(Error::Busy {
             message: format!(

@@ -11,14 +11,17 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime};
 
+use async_trait::async_trait;
 use aws_sdk_dynamodb::types::AttributeValue;
 
 use super::expr::{Expr, Update};
 use super::item::{self, LockItem};
 use super::link::{Failure, Link, REQUEST_TIMEOUT};
-use super::queue;
-use super::write;
-use crate::backend::{BackendError, HolderInfo, HolderStatus, LockStatus, WaiterStatus};
+use super::{interval, queue, write};
+use crate::backend::inspect::held;
+use crate::backend::{
+    BackendError, HolderInfo, HolderStatus, Inspect, IntervalClaim, LockStatus, WaiterStatus,
+};
 use crate::name::LockName;
 
 /// Items asked for per `Scan` page.
@@ -26,112 +29,120 @@ const SCAN_PAGE: i32 = 500;
 /// How often a forced release reads again when holders changed under it.
 const FORCE_TRIES: usize = 5;
 
-/// Who holds `name`, and who waits, in line order.
-pub async fn status(link: &Link, name: &LockName) -> Result<LockStatus, BackendError> {
-    let lock = queue::lock_item(link, name)
-        .await
-        .map_err(|f| link.error(f))?;
-    if !lock.exists {
-        return Ok(LockStatus::free(name));
-    }
-    let now = item::wall_ms();
-    let holders = lock
-        .holders
-        .iter()
-        .map(|h| {
-            let since = now.saturating_sub(h.beat_ms);
-            let left = u64::try_from(h.ttl.as_millis())
-                .unwrap_or(u64::MAX)
-                .saturating_sub(since);
-            HolderStatus::new(
-                HolderInfo::decode(h.record.as_bytes()),
-                h.token,
-                h.seat.slot(),
-                Duration::from_millis(left),
-            )
-        })
-        .collect();
-    let queue = queue::live_waiters(link, name, &lock)
-        .await
-        .map_err(|f| link.error(f))?
-        .into_iter()
-        .map(|t| WaiterStatus::new(HolderInfo::decode(t.record.as_bytes())))
-        .collect();
-    Ok(LockStatus::new(name, lock.limit, holders, queue))
-}
-
-/// Every held name that starts with `prefix`, sorted by name.
-pub async fn list(link: &Link, prefix: &str) -> Result<Vec<LockStatus>, BackendError> {
-    let mut expr = Expr::default();
-    let key = expr.name(item::KEY);
-    let nx = expr.name(item::NX);
-    let ns = expr.name(item::NS);
-    let start = expr.text(format!("L#{prefix}"));
-    let zero = expr.num(0);
-    let filter = format!("begins_with({key}, {start}) AND ({nx} > {zero} OR {ns} > {zero})");
-    let mut names = BTreeSet::new();
-    let mut from: Option<std::collections::HashMap<String, AttributeValue>> = None;
-    loop {
-        let page = link
-            .read(
-                REQUEST_TIMEOUT,
-                "dynamodb:Scan",
-                link.client
-                    .scan()
-                    .table_name(&link.table)
-                    .filter_expression(&filter)
-                    .projection_expression(&key)
-                    .set_expression_attribute_names(expr.names())
-                    .set_expression_attribute_values(expr.values())
-                    .set_exclusive_start_key(from.take())
-                    .limit(SCAN_PAGE)
-                    .send(),
-            )
+#[async_trait]
+impl Inspect for Link {
+    /// Who holds `name`, and who waits, in line order.
+    async fn status(&self, name: &LockName) -> Result<LockStatus, BackendError> {
+        let lock = queue::lock_item(self, name)
             .await
-            .map_err(|f| link.error(f))?;
-        let Some(page) = page else {
-            return Ok(Vec::new());
-        };
-        names.extend(
-            page.items()
-                .iter()
-                .filter_map(|i| i.get(item::KEY)?.as_s().ok())
-                .filter_map(|k| item::name_of(k)),
-        );
-        match page.last_evaluated_key() {
-            Some(last) if !last.is_empty() => from = Some(last.clone()),
-            _ => break,
+            .map_err(|f| self.error(f))?;
+        if !lock.exists {
+            return Ok(LockStatus::free(name));
         }
-    }
-    let mut held = Vec::new();
-    for name in names {
-        let status = status(link, &name).await?;
-        if status.held {
-            held.push(status);
-        }
-    }
-    Ok(held)
-}
-
-/// Drops every holder of `name`; the token counter is untouched. The holders find out at their
-/// next renewal.
-pub async fn force_release(link: &Link, name: &LockName) -> Result<usize, BackendError> {
-    for _ in 0..FORCE_TRIES {
-        let lock = queue::lock_item(link, name)
+        let now = item::wall_ms();
+        let holders = lock
+            .holders
+            .iter()
+            .map(|h| {
+                let since = now.saturating_sub(h.beat_ms);
+                let left = u64::try_from(h.ttl.as_millis())
+                    .unwrap_or(u64::MAX)
+                    .saturating_sub(since);
+                HolderStatus::new(
+                    HolderInfo::decode(h.record.as_bytes()),
+                    h.token,
+                    h.seat.slot(),
+                    Duration::from_millis(left),
+                )
+            })
+            .collect();
+        let queue = queue::live_waiters(self, name, &lock)
             .await
-            .map_err(|f| link.error(f))?;
-        if lock.holders.is_empty() {
-            return Ok(0);
-        }
-        match drop_all(link, name, &lock).await {
-            Ok(true) => return Ok(lock.holders.len()),
-            Ok(false) => continue,
-            Err(f) => return Err(link.error(f)),
-        }
+            .map_err(|f| self.error(f))?
+            .into_iter()
+            .map(|t| WaiterStatus::new(HolderInfo::decode(t.record.as_bytes())))
+            .collect();
+        Ok(LockStatus::new(name, lock.limit, holders, queue))
     }
-    Err(link.failed(format!(
-        "the holders of {name} kept changing; try release --force again"
-    )))
+
+    /// Every held name that starts with `prefix`, sorted by name.
+    async fn list(&self, prefix: &str) -> Result<Vec<LockStatus>, BackendError> {
+        let mut expr = Expr::default();
+        let key = expr.name(item::KEY);
+        let nx = expr.name(item::NX);
+        let ns = expr.name(item::NS);
+        let start = expr.text(format!("L#{prefix}"));
+        let zero = expr.num(0);
+        let filter = format!("begins_with({key}, {start}) AND ({nx} > {zero} OR {ns} > {zero})");
+        let mut names = BTreeSet::new();
+        let mut from: Option<std::collections::HashMap<String, AttributeValue>> = None;
+        loop {
+            let page = self
+                .read(
+                    REQUEST_TIMEOUT,
+                    "dynamodb:Scan",
+                    self.client
+                        .scan()
+                        .table_name(&self.table)
+                        .filter_expression(&filter)
+                        .projection_expression(&key)
+                        .set_expression_attribute_names(expr.names())
+                        .set_expression_attribute_values(expr.values())
+                        .set_exclusive_start_key(from.take())
+                        .limit(SCAN_PAGE)
+                        .send(),
+                )
+                .await
+                .map_err(|f| self.error(f))?;
+            let Some(page) = page else {
+                return Ok(Vec::new());
+            };
+            names.extend(
+                page.items()
+                    .iter()
+                    .filter_map(|i| i.get(item::KEY)?.as_s().ok())
+                    .filter_map(|k| item::name_of(k)),
+            );
+            match page.last_evaluated_key() {
+                Some(last) if !last.is_empty() => from = Some(last.clone()),
+                _ => break,
+            }
+        }
+        held(names, |name| async move { self.status(&name).await }).await
+    }
+
+    /// Drops every holder of `name`; the token counter is untouched. The holders find out at their
+    /// next renewal.
+    async fn force_release(&self, name: &LockName) -> Result<usize, BackendError> {
+        for _ in 0..FORCE_TRIES {
+            let lock = queue::lock_item(self, name)
+                .await
+                .map_err(|f| self.error(f))?;
+            if lock.holders.is_empty() {
+                return Ok(0);
+            }
+            match drop_all(self, name, &lock).await {
+                Ok(true) => return Ok(lock.holders.len()),
+                Ok(false) => continue,
+                Err(f) => return Err(self.error(f)),
+            }
+        }
+        Err(self.failed(format!(
+            "the holders of {name} kept changing; try release --force again"
+        )))
+    }
+
+    async fn claim_interval(
+        &self,
+        name: &LockName,
+        interval: Duration,
+    ) -> Result<IntervalClaim, BackendError> {
+        interval::claim(self, name, interval).await
+    }
+
+    async fn server_time(&self) -> Result<Option<SystemTime>, BackendError> {
+        server_time(self).await.map(Some)
+    }
 }
 
 /// Removes the holders `lock` lists, if they are still the ones listed; false otherwise.

@@ -24,10 +24,9 @@ use super::lease::{self, DynamoLease};
 use super::link::{Failure, Link};
 use super::queue::{self, BEAT_EVERY, Place};
 use super::sightings::Sightings;
-use super::{inspect, interval};
 use crate::backend::waiting::line::{Attempt, Doorbell, Line, Taken, Ticket};
 use crate::backend::waiting::policy::{HEARTBEAT, SAFETY_RECHECK};
-use crate::backend::{BackendError, Grant, HolderInfo, IntervalClaim, Lease, LockStatus};
+use crate::backend::{BackendError, HolderInfo, Inspect, Lease};
 use crate::clock::BootInstant;
 use crate::name::LockName;
 
@@ -388,37 +387,12 @@ impl Line for Dynamo {
             seat: Seat::new(request.mode, taken.slot, &ticket.owner),
             owner: ticket.owner.clone(),
             ticket: served,
-            grant: Grant {
-                token: taken.token,
-                slot: taken.slot,
-                ttl: Some(taken.ttl),
-                sent_at,
-            },
+            grant: taken.grant(sent_at),
         })
     }
 
-    async fn status(&self, name: &LockName) -> Result<LockStatus, BackendError> {
-        inspect::status(&self.link, name).await
-    }
-
-    async fn list(&self, prefix: &str) -> Result<Vec<LockStatus>, BackendError> {
-        inspect::list(&self.link, prefix).await
-    }
-
-    async fn force_release(&self, name: &LockName) -> Result<usize, BackendError> {
-        inspect::force_release(&self.link, name).await
-    }
-
-    async fn claim_interval(
-        &self,
-        name: &LockName,
-        interval: Duration,
-    ) -> Result<IntervalClaim, BackendError> {
-        interval::claim(&self.link, name, interval).await
-    }
-
-    async fn server_time(&self) -> Result<Option<std::time::SystemTime>, BackendError> {
-        inspect::server_time(&self.link).await.map(Some)
+    fn inspect(&self) -> &dyn Inspect {
+        &*self.link
     }
 }
 

@@ -1,7 +1,7 @@
-//! `status`, `list` and `release --force` on etcd: reading the line of a name (its holder keys in
-//! create-revision order), telling holders from waiters by the rule every waiter applies to itself
-//! ([`holding`]), asking the cluster how long each holder's lease has left, and revoking holders'
-//! leases.
+//! `status`, `list` and `release --force` on etcd (and, from [`interval`], `--min-interval`):
+//! reading the line of a name (its holder keys in create-revision order), telling holders from
+//! waiters by the rule every waiter applies to itself ([`holding`]), asking the cluster how long
+//! each holder's lease has left, and revoking holders' leases.
 //!
 //! The limit shown is the largest `--limit` any key in the line declared (1 for an empty line).
 //! A forced release revokes the holders' leases rather than deleting their keys: the keys and
@@ -12,103 +12,105 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use async_trait::async_trait;
 use etcd_client::{GetOptions, KeyValue, SortOrder, SortTarget};
 
+use super::interval;
 use super::keys::{self, Keys, ROOT};
 use super::lease::revoke;
 use super::link::{Failure, Link, REQUEST_TIMEOUT};
 use super::record::Record;
-use crate::backend::{BackendError, HolderInfo, HolderStatus, LockStatus, Mode, WaiterStatus};
+use crate::backend::inspect::held;
+use crate::backend::{
+    BackendError, HolderInfo, HolderStatus, Inspect, IntervalClaim, LockStatus, Mode, WaiterStatus,
+};
 use crate::name::LockName;
 
-/// Who holds `name`, and who waits, in line order.
-pub async fn status(link: &Link, name: &LockName) -> Result<LockStatus, BackendError> {
-    let line = line(link, name).await?;
-    let records: Vec<Option<Record>> = line.iter().map(|kv| Record::decode(kv.value())).collect();
-    let rules: Vec<(Mode, u32)> = records
-        .iter()
-        .map(|r| {
-            r.as_ref()
-                .map_or((Mode::Exclusive, 1), |r| (r.holder.mode, r.limit))
-        })
-        .collect();
-    let limit = rules.iter().map(|(_, limit)| *limit).max().unwrap_or(1);
-    let mut holders = Vec::new();
-    let mut queue = Vec::new();
-    for (position, ((kv, record), holds)) in
-        line.iter().zip(records).zip(holding(&rules)).enumerate()
-    {
-        let info = record
-            .as_ref()
-            .map_or_else(HolderInfo::unknown, |r| r.holder.clone());
-        if !holds {
-            queue.push(WaiterStatus::new(info));
-            continue;
-        }
-        let slot = record
-            .as_ref()
-            .and_then(|r| r.slot)
-            .unwrap_or(u32::try_from(position).unwrap_or(0));
-        let left = time_left(link, kv.lease()).await?;
-        holders.push(HolderStatus::new(
-            info,
-            u64::try_from(kv.create_revision()).unwrap_or(0),
-            slot,
-            left,
-        ));
-    }
-    holders.sort_by_key(|h| h.slot);
-    Ok(LockStatus::new(name, limit, holders, queue))
-}
-
-/// Every held name that starts with `prefix`, sorted by name.
-pub async fn list(link: &Link, prefix: &str) -> Result<Vec<LockStatus>, BackendError> {
-    let start = format!("{ROOT}{prefix}");
-    let found = link
-        .call(REQUEST_TIMEOUT, |mut client| {
-            let start = start.clone();
-            async move {
-                client
-                    .get(
-                        start,
-                        Some(GetOptions::new().with_prefix().with_keys_only()),
-                    )
-                    .await
+#[async_trait]
+impl Inspect for Link {
+    /// Who holds `name`, and who waits, in line order.
+    async fn status(&self, name: &LockName) -> Result<LockStatus, BackendError> {
+        let line = line(self, name).await?;
+        let records: Vec<Option<Record>> =
+            line.iter().map(|kv| Record::decode(kv.value())).collect();
+        let rules: Vec<(Mode, u32)> = records
+            .iter()
+            .map(|r| {
+                r.as_ref()
+                    .map_or((Mode::Exclusive, 1), |r| (r.holder.mode, r.limit))
+            })
+            .collect();
+        let limit = rules.iter().map(|(_, limit)| *limit).max().unwrap_or(1);
+        let mut holders = Vec::new();
+        let mut queue = Vec::new();
+        for (position, ((kv, record), holds)) in
+            line.iter().zip(records).zip(holding(&rules)).enumerate()
+        {
+            let info = record
+                .as_ref()
+                .map_or_else(HolderInfo::unknown, |r| r.holder.clone());
+            if !holds {
+                queue.push(WaiterStatus::new(info));
+                continue;
             }
-        })
-        .await?;
-    let names: BTreeSet<LockName> = found
-        .kvs()
-        .iter()
-        .filter_map(|kv| keys::name_of_holder(kv.key()))
-        .filter(|name| name.as_str().starts_with(prefix))
-        .collect();
-    let mut held = Vec::new();
-    for name in names {
-        let status = status(link, &name).await?;
-        if status.held {
-            held.push(status);
+            let slot = record
+                .as_ref()
+                .and_then(|r| r.slot)
+                .unwrap_or(u32::try_from(position).unwrap_or(0));
+            let left = time_left(self, kv.lease()).await?;
+            holders.push(HolderStatus::new(
+                info,
+                u64::try_from(kv.create_revision()).unwrap_or(0),
+                slot,
+                left,
+            ));
         }
+        holders.sort_by_key(|h| h.slot);
+        Ok(LockStatus::new(name, limit, holders, queue))
     }
-    Ok(held)
-}
 
-/// Revokes the lease of every holder of `name`; returns how many there were.
-pub async fn force_release(link: &Link, name: &LockName) -> Result<usize, BackendError> {
-    let line = line(link, name).await?;
-    let rules: Vec<(Mode, u32)> = line
-        .iter()
-        .map(|kv| {
-            Record::decode(kv.value()).map_or((Mode::Exclusive, 1), |r| (r.holder.mode, r.limit))
-        })
-        .collect();
-    let mut dropped = 0;
-    for (kv, holds) in line.iter().zip(holding(&rules)) {
-        if holds && revoke(link, kv.lease()).await? {
-            dropped += 1;
-        }
+    /// Every held name that starts with `prefix`, sorted by name.
+    async fn list(&self, prefix: &str) -> Result<Vec<LockStatus>, BackendError> {
+        let found = under(
+            self,
+            format!("{ROOT}{prefix}"),
+            GetOptions::new().with_prefix().with_keys_only(),
+        )
+        .await?;
+        let names: BTreeSet<LockName> = found
+            .iter()
+            .filter_map(|kv| keys::name_of_holder(kv.key()))
+            .filter(|name| name.as_str().starts_with(prefix))
+            .collect();
+        held(names, |name| async move { self.status(&name).await }).await
     }
-    Ok(dropped)
+
+    /// Revokes the lease of every holder of `name`; returns how many there were.
+    async fn force_release(&self, name: &LockName) -> Result<usize, BackendError> {
+        let line = line(self, name).await?;
+        let rules: Vec<(Mode, u32)> = line
+            .iter()
+            .map(|kv| {
+                Record::decode(kv.value())
+                    .map_or((Mode::Exclusive, 1), |r| (r.holder.mode, r.limit))
+            })
+            .collect();
+        let mut dropped = 0;
+        for (kv, holds) in line.iter().zip(holding(&rules)) {
+            if holds && revoke(self, kv.lease()).await? {
+                dropped += 1;
+            }
+        }
+        Ok(dropped)
+    }
+
+    async fn claim_interval(
+        &self,
+        name: &LockName,
+        interval: Duration,
+    ) -> Result<IntervalClaim, BackendError> {
+        interval::claim(self, name, interval).await
+    }
 }
 
 /// Which keys of a line (their mode and declared limit, in line order) hold: an exclusive key
@@ -134,22 +136,22 @@ pub fn holding(line: &[(Mode, u32)]) -> Vec<bool> {
 
 /// The holder keys of `name`, in line order.
 async fn line(link: &Link, name: &LockName) -> Result<Vec<KeyValue>, BackendError> {
-    let prefix = Keys::new(name).holders();
+    let in_line_order = GetOptions::new()
+        .with_prefix()
+        .with_sort(SortTarget::Create, SortOrder::Ascend);
+    under(link, Keys::new(name).holders(), in_line_order).await
+}
+
+/// The keys under `prefix`, read with `options` (a prefix read).
+async fn under(
+    link: &Link,
+    prefix: String,
+    options: GetOptions,
+) -> Result<Vec<KeyValue>, BackendError> {
     let mut found = link
         .call(REQUEST_TIMEOUT, |mut client| {
-            let prefix = prefix.clone();
-            async move {
-                client
-                    .get(
-                        prefix,
-                        Some(
-                            GetOptions::new()
-                                .with_prefix()
-                                .with_sort(SortTarget::Create, SortOrder::Ascend),
-                        ),
-                    )
-                    .await
-            }
+            let (prefix, options) = (prefix.clone(), options.clone());
+            async move { client.get(prefix, Some(options)).await }
         })
         .await?;
     Ok(found.take_kvs())

@@ -1,8 +1,8 @@
 //! [`FileBackend`]: acquire by `flock` on a lock file, in turn when others wait (the name's line,
-//! see `line`); wait woken by inotify (see `wakeup`); read `status` from the kernel's lock table
-//! plus the holders' and waiters' records, without touching any lock.
+//! see `line`); wait woken by inotify (see `wakeup`). What it answers from outside (`status`,
+//! `list`, …) is in `inspect`.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::fs::{File, TryLockError};
 use std::io;
 use std::path::Path;
@@ -13,17 +13,14 @@ use async_trait::async_trait;
 
 use super::lease::{FileLease, HolderRecord, RecordPlace};
 use super::line::{self, Line, Place, Verdict};
-use super::proc_locks::LockTable;
 use super::state_dir::StateDir;
 use super::wakeup::Wakeup;
-use super::{fence, interval, paths};
+use super::{fence, paths};
 use crate::backend::{
-    AcquireRequest, Acquired, Backend, BackendError, Cancel, Grant, HolderInfo, HolderStatus,
-    IntervalClaim, LockStatus, Mode, WaiterStatus,
+    AcquireRequest, Acquired, Backend, BackendError, Cancel, Grant, HolderInfo, Inspect, Mode,
 };
 use crate::clock::{BootInstant, BootTimer};
 use crate::messages::io as io_reason;
-use crate::name::LockName;
 
 /// How often a waiter looks again without being woken, in case a change went unreported (a lock
 /// released by a process that had its file open read-only).
@@ -35,7 +32,7 @@ const RETRIES: u32 = 6;
 
 /// The `file://` backend.
 pub struct FileBackend {
-    dir: Arc<StateDir>,
+    pub(super) dir: Arc<StateDir>,
 }
 
 impl FileBackend {
@@ -46,7 +43,7 @@ impl FileBackend {
         })
     }
 
-    fn failed(&self, e: &io::Error) -> BackendError {
+    pub(super) fn failed(&self, e: &io::Error) -> BackendError {
         BackendError::Failed {
             endpoint: self.describe(),
             reason: io_reason(e),
@@ -219,135 +216,6 @@ impl FileBackend {
         wakeup.finish();
         Ok(outcome)
     }
-
-    /// Reads the kernel's lock table and the directory once: every name's holders and waiters.
-    fn snapshot(&self) -> io::Result<Snapshot> {
-        let table = LockTable::read()?;
-        let mut names: BTreeMap<LockName, Slots> = BTreeMap::new();
-        for file_name in self.dir.file_names()? {
-            if let Some((name, slot)) = paths::parse_slot_file(&file_name) {
-                let slots = names.entry(name).or_default();
-                slots.files += 1;
-                if let Some(holder) = self.slot_holder(&table, &file_name, slot)? {
-                    slots.holders.push(holder);
-                }
-            } else if let Some(name) = paths::parse_line_dir(&file_name) {
-                let slots = names.entry(name.clone()).or_default();
-                self.read_line(&table, &name, slots)?;
-            }
-        }
-        for slots in names.values_mut() {
-            slots.holders.sort_by_key(|(h, _)| (h.slot, h.token));
-        }
-        Ok(Snapshot { names })
-    }
-
-    /// A name's shared holders and waiters, from its line directory.
-    fn read_line(&self, table: &LockTable, name: &LockName, slots: &mut Slots) -> io::Result<()> {
-        let Some(line) = Line::existing(&self.dir, name)? else {
-            return Ok(());
-        };
-        let mut files = line.dir.file_names()?;
-        files.sort();
-        for file_name in files {
-            let Some(id) = line.dir.file_id(&file_name)? else {
-                continue;
-            };
-            if table.exclusive_holder(id).is_none() {
-                continue;
-            }
-            if line::is_holder_file(&file_name) {
-                if let Some(file) = line.dir.open_existing(&file_name)?
-                    && let Some(record) = HolderRecord::read(&file)
-                {
-                    let ttl = Duration::from_millis(record.ttl_ms);
-                    let status = HolderStatus::new(record.holder, record.token, 0, ttl);
-                    slots.holders.push((status, 1));
-                }
-            } else if line::Entry::parse(&file_name).is_some()
-                && let Some(record) = line.waiter(&file_name)
-            {
-                slots.queue.push(WaiterStatus::new(record));
-            }
-        }
-        Ok(())
-    }
-
-    fn slot_holder(
-        &self,
-        table: &LockTable,
-        file_name: &str,
-        slot: u32,
-    ) -> io::Result<Option<(HolderStatus, u32)>> {
-        let Some(id) = self.dir.file_id(file_name)? else {
-            return Ok(None);
-        };
-        let Some(pid) = table.exclusive_holder(id) else {
-            return Ok(None);
-        };
-        let Some(file) = self.dir.open_existing(file_name)? else {
-            return Ok(None);
-        };
-        // A holder writes its record just after locking; give a brand-new one a moment.
-        for attempt in 0..3 {
-            if let Some(record) = HolderRecord::read(&file)
-                && (pid == 0 || record.holder.pid == pid)
-            {
-                let ttl = Duration::from_millis(record.ttl_ms);
-                return Ok(Some((
-                    HolderStatus::new(record.holder, record.token, slot, ttl),
-                    record.limit,
-                )));
-            }
-            if attempt < 2 {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-        }
-        // Locked by something that wrote no record of ours (an outside `flock`, or a holder that
-        // has not written it yet): report what the kernel knows.
-        let unknown = HolderInfo {
-            pid,
-            ..HolderInfo::unknown()
-        };
-        Ok(Some((
-            HolderStatus::new(unknown, 0, slot, Duration::ZERO),
-            1,
-        )))
-    }
-
-    /// NAME's status from a snapshot. The limit is the one its holders declared; for a free name,
-    /// the number of slot files (the largest limit it was used with).
-    fn status_in(snapshot: &Snapshot, name: &LockName) -> LockStatus {
-        let Some(slots) = snapshot.names.get(name) else {
-            return LockStatus::free(name);
-        };
-        let limit = slots
-            .holders
-            .iter()
-            .map(|(_, limit)| *limit)
-            .max()
-            .unwrap_or(slots.files)
-            .max(1);
-        LockStatus::new(
-            name,
-            limit,
-            slots.holders.iter().map(|(h, _)| h.clone()).collect(),
-            slots.queue.clone(),
-        )
-    }
-}
-
-/// The directory's names, read once.
-struct Snapshot {
-    names: BTreeMap<LockName, Slots>,
-}
-
-/// One name's lock files, current holders (with the limit each declared) and waiters.
-#[derive(Default)]
-struct Slots {
-    files: u32,
-    holders: Vec<(HolderStatus, u32)>,
-    queue: Vec<WaiterStatus>,
 }
 
 #[async_trait]
@@ -377,42 +245,7 @@ impl Backend for FileBackend {
         acquired.await.map_err(|e| self.failed(&e))
     }
 
-    async fn status(&self, name: &LockName) -> Result<LockStatus, BackendError> {
-        self.snapshot()
-            .map(|snapshot| Self::status_in(&snapshot, name))
-            .map_err(|e| self.failed(&e))
-    }
-
-    async fn list(&self, prefix: &str) -> Result<Vec<LockStatus>, BackendError> {
-        let snapshot = self.snapshot().map_err(|e| self.failed(&e))?;
-        Ok(snapshot
-            .names
-            .iter()
-            .filter(|(name, slots)| !slots.holders.is_empty() && name.as_str().starts_with(prefix))
-            .map(|(name, _)| Self::status_in(&snapshot, name))
-            .collect())
-    }
-
-    async fn claim_interval(
-        &self,
-        name: &LockName,
-        interval: Duration,
-    ) -> Result<IntervalClaim, BackendError> {
-        interval::claim(&self.dir, &paths::interval_file(name), interval)
-            .map_err(|e| self.failed(&e))
-    }
-
-    async fn force_release(&self, name: &LockName) -> Result<usize, BackendError> {
-        let status = self.status(name).await?;
-        if status.holders.is_empty() {
-            return Ok(0);
-        }
-        let pids: Vec<String> = status.holders.iter().map(|h| h.pid.to_string()).collect();
-        Err(BackendError::Unsupported(format!(
-            "cannot force-release {name} on {}: the kernel lock is held by pid {}, and only that process can drop it (it is released the moment the process exits: kill {})",
-            self.describe(),
-            pids.join(", pid "),
-            pids.join(" ")
-        )))
+    fn inspect(&self) -> &dyn Inspect {
+        self
     }
 }

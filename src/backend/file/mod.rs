@@ -13,6 +13,7 @@
 
 mod backend;
 mod fence;
+mod inspect;
 mod interval;
 mod lease;
 mod line;

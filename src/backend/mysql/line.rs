@@ -19,17 +19,13 @@ use mysql_async::prelude::FromValue;
 
 use super::connect::{Link, REQUEST_TIMEOUT};
 use super::doorbell::{Sleep, Turns};
-use super::inspect;
 use super::lease::MySqlLease;
 use super::settings::Settings;
 use super::sql::{Try, millis};
 use crate::backend::waiting::line::{Attempt, Doorbell, InLine, Line, Taken, Ticket};
 use crate::backend::waiting::policy::recheck_at;
-use crate::backend::{
-    Backend, BackendError, Grant, HolderInfo, IntervalClaim, Lease, LockStatus, Mode, Settings as _,
-};
+use crate::backend::{Backend, BackendError, HolderInfo, Inspect, Lease, Mode, Settings as _};
 use crate::clock::BootInstant;
-use crate::name::LockName;
 
 /// Connects to the server `settings` names.
 pub async fn open(settings: &Settings) -> Result<Box<dyn Backend>, BackendError> {
@@ -171,52 +167,12 @@ impl Line for MySql {
             Arc::clone(&self.link),
             ticket.request.name.to_string(),
             ticket.owner.clone(),
-            Grant {
-                token: taken.token,
-                slot: taken.slot,
-                ttl: Some(taken.ttl),
-                sent_at,
-            },
+            taken.grant(sent_at),
         ))
     }
 
-    async fn status(&self, name: &LockName) -> Result<LockStatus, BackendError> {
-        inspect::status(&self.link, name).await
-    }
-
-    async fn list(&self, prefix: &str) -> Result<Vec<LockStatus>, BackendError> {
-        inspect::list(&self.link, prefix).await
-    }
-
-    async fn force_release(&self, name: &LockName) -> Result<usize, BackendError> {
-        inspect::force_release(&self.link, name).await
-    }
-
-    async fn claim_interval(
-        &self,
-        name: &LockName,
-        interval: Duration,
-    ) -> Result<IntervalClaim, BackendError> {
-        let reply = self
-            .link
-            .query(
-                REQUEST_TIMEOUT,
-                &self.link.sql().claim(name.as_str(), interval),
-            )
-            .await?;
-        let row = single(&self.link, &reply)?;
-        Ok(match cell::<i64>(&self.link, &row, 0)? {
-            1 => IntervalClaim::Claimed,
-            _ => IntervalClaim::TooSoon {
-                ago: Duration::from_micros(
-                    u64::try_from(cell::<i64>(&self.link, &row, 1)?).unwrap_or(0),
-                ),
-            },
-        })
-    }
-
-    async fn server_time(&self) -> Result<Option<std::time::SystemTime>, BackendError> {
-        inspect::server_time(&self.link).await.map(Some)
+    fn inspect(&self) -> &dyn Inspect {
+        &*self.link
     }
 }
 

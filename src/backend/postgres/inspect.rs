@@ -5,43 +5,129 @@
 
 use std::time::Duration;
 
+use async_trait::async_trait;
 use tokio_postgres::Row;
 use tokio_postgres::types::Type;
 
 use super::link::{Link, REQUEST_TIMEOUT};
 use super::schema;
+use crate::backend::inspect::held;
 use crate::backend::{
-    BackendError, HolderInfo, HolderStatus, IntervalClaim, LockStatus, Mode, WaiterStatus,
+    BackendError, HolderInfo, HolderStatus, Inspect, IntervalClaim, LockStatus, Mode, WaiterStatus,
 };
 use crate::name::LockName;
 
-/// Who holds `name`, and who waits for it, in line order.
-pub async fn status(link: &Link, name: &LockName) -> Result<LockStatus, BackendError> {
-    let name_text = name.as_str();
-    let rows = link
-        .query(
-            REQUEST_TIMEOUT,
-            &link.sql().status,
-            &[(&name_text, Type::TEXT)],
-        )
-        .await?;
-    let mut limit = 1;
-    let mut holders = Vec::new();
-    let mut waiters = Vec::new();
-    for row in &rows {
-        let item = Item::read(row).ok_or_else(|| unexpected(link))?;
-        match item.kind {
-            0 => limit = u32::try_from(item.number).unwrap_or(1).max(1),
-            1 => holders.push(item),
-            _ => waiters.push(item),
+#[async_trait]
+impl Inspect for Link {
+    /// Who holds `name`, and who waits for it, in line order.
+    async fn status(&self, name: &LockName) -> Result<LockStatus, BackendError> {
+        let name_text = name.as_str();
+        let rows = self
+            .query(
+                REQUEST_TIMEOUT,
+                &self.sql().status,
+                &[(&name_text, Type::TEXT)],
+            )
+            .await?;
+        let mut limit = 1;
+        let mut holders = Vec::new();
+        let mut waiters = Vec::new();
+        for row in &rows {
+            let item = Item::read(row).ok_or_else(|| unexpected(self))?;
+            match item.kind {
+                0 => limit = u32::try_from(item.number).unwrap_or(1).max(1),
+                1 => holders.push(item),
+                _ => waiters.push(item),
+            }
         }
+        // Exclusive holders by slot, then shared ones; waiters by ticket.
+        holders.sort_by_key(|h| (h.shared, h.number));
+        waiters.sort_by_key(|w| w.number);
+        let holders = holders.into_iter().map(Item::holder).collect();
+        let queue = waiters.into_iter().map(Item::waiter).collect();
+        Ok(LockStatus::new(name, limit, holders, queue))
     }
-    // Exclusive holders by slot, then shared ones; waiters by ticket.
-    holders.sort_by_key(|h| (h.shared, h.number));
-    waiters.sort_by_key(|w| w.number);
-    let holders = holders.into_iter().map(Item::holder).collect();
-    let queue = waiters.into_iter().map(Item::waiter).collect();
-    Ok(LockStatus::new(name, limit, holders, queue))
+
+    /// Every held name that starts with `prefix`, sorted by name.
+    async fn list(&self, prefix: &str) -> Result<Vec<LockStatus>, BackendError> {
+        let rows = self
+            .query(
+                REQUEST_TIMEOUT,
+                &self.sql().held_names,
+                &[(&prefix, Type::TEXT)],
+            )
+            .await?;
+        let mut names = Vec::new();
+        for row in &rows {
+            let name: String = row.try_get(0).map_err(|_| unexpected(self))?;
+            // A row written by something other than lockrun is not a lock name: skip it.
+            if let Ok(name) = LockName::parse(&name) {
+                names.push(name);
+            }
+        }
+        names.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+        held(names, |name| async move { self.status(&name).await }).await
+    }
+
+    /// Drops every holder of `name`, tells each on its own channel, and wakes whoever is next; the
+    /// token counter is untouched.
+    async fn force_release(&self, name: &LockName) -> Result<usize, BackendError> {
+        let name_text = name.as_str();
+        let legacy = schema::legacy_channel(self.schema(), name_text);
+        let rows = self
+            .query(
+                REQUEST_TIMEOUT,
+                &self.sql().force_release,
+                &[(&name_text, Type::TEXT), (&legacy, Type::TEXT)],
+            )
+            .await?;
+        let dropped: Option<i32> = match rows.first() {
+            Some(row) => row.try_get(0).map_err(|_| unexpected(self))?,
+            None => None,
+        };
+        Ok(dropped.and_then(|n| usize::try_from(n).ok()).unwrap_or(0))
+    }
+
+    /// `--min-interval`: records, by the server's clock, that `name` runs now, unless it last ran
+    /// less than `interval` ago.
+    async fn claim_interval(
+        &self,
+        name: &LockName,
+        interval: Duration,
+    ) -> Result<IntervalClaim, BackendError> {
+        let name_text = name.as_str();
+        let interval_us = i64::try_from(interval.as_micros()).unwrap_or(i64::MAX);
+        let rows = self
+            .query(
+                REQUEST_TIMEOUT,
+                &self.sql().claim_interval,
+                &[(&name_text, Type::TEXT), (&interval_us, Type::INT8)],
+            )
+            .await?;
+        let row = rows.first().ok_or_else(|| unexpected(self))?;
+        let claimed: Option<bool> = row.try_get(0).map_err(|_| unexpected(self))?;
+        let ago_us: Option<i64> = row.try_get(1).map_err(|_| unexpected(self))?;
+        Ok(match claimed {
+            Some(true) => IntervalClaim::Claimed,
+            _ => IntervalClaim::TooSoon {
+                ago: Duration::from_micros(ago_us.and_then(|a| u64::try_from(a).ok()).unwrap_or(0)),
+            },
+        })
+    }
+
+    /// The server's wall clock (`clock_timestamp()`), for the skew `lockrun drill` reports.
+    async fn server_time(&self) -> Result<Option<std::time::SystemTime>, BackendError> {
+        let rows = self
+            .query(REQUEST_TIMEOUT, "SELECT clock_timestamp()", &[])
+            .await?;
+        rows.first()
+            .and_then(|row| row.try_get(0).ok())
+            .ok_or_else(|| BackendError::Failed {
+                endpoint: self.endpoint().to_owned(),
+                reason: "unexpected answer to SELECT clock_timestamp()".into(),
+            })
+            .map(Some)
+    }
 }
 
 /// One row of the status statement.
@@ -94,96 +180,9 @@ impl Item {
     }
 }
 
-/// Every held name that starts with `prefix`, sorted by name.
-pub async fn list(link: &Link, prefix: &str) -> Result<Vec<LockStatus>, BackendError> {
-    let rows = link
-        .query(
-            REQUEST_TIMEOUT,
-            &link.sql().held_names,
-            &[(&prefix, Type::TEXT)],
-        )
-        .await?;
-    let mut names = Vec::new();
-    for row in &rows {
-        let name: String = row.try_get(0).map_err(|_| unexpected(link))?;
-        // A row written by something other than lockrun is not a lock name: skip it.
-        if let Ok(name) = LockName::parse(&name) {
-            names.push(name);
-        }
-    }
-    names.sort_by(|a, b| a.as_str().cmp(b.as_str()));
-    let mut held = Vec::new();
-    for name in names {
-        let status = status(link, &name).await?;
-        if status.held {
-            held.push(status);
-        }
-    }
-    Ok(held)
-}
-
-/// Drops every holder of `name`, tells each on its own channel, and wakes whoever is next; the
-/// token counter is untouched.
-pub async fn force_release(link: &Link, name: &LockName) -> Result<usize, BackendError> {
-    let name_text = name.as_str();
-    let legacy = schema::legacy_channel(link.schema(), name_text);
-    let rows = link
-        .query(
-            REQUEST_TIMEOUT,
-            &link.sql().force_release,
-            &[(&name_text, Type::TEXT), (&legacy, Type::TEXT)],
-        )
-        .await?;
-    let dropped: Option<i32> = match rows.first() {
-        Some(row) => row.try_get(0).map_err(|_| unexpected(link))?,
-        None => None,
-    };
-    Ok(dropped.and_then(|n| usize::try_from(n).ok()).unwrap_or(0))
-}
-
-/// `--min-interval`: records, by the server's clock, that `name` runs now, unless it last ran
-/// less than `interval` ago.
-pub async fn claim_interval(
-    link: &Link,
-    name: &LockName,
-    interval: Duration,
-) -> Result<IntervalClaim, BackendError> {
-    let name_text = name.as_str();
-    let interval_us = i64::try_from(interval.as_micros()).unwrap_or(i64::MAX);
-    let rows = link
-        .query(
-            REQUEST_TIMEOUT,
-            &link.sql().claim_interval,
-            &[(&name_text, Type::TEXT), (&interval_us, Type::INT8)],
-        )
-        .await?;
-    let row = rows.first().ok_or_else(|| unexpected(link))?;
-    let claimed: Option<bool> = row.try_get(0).map_err(|_| unexpected(link))?;
-    let ago_us: Option<i64> = row.try_get(1).map_err(|_| unexpected(link))?;
-    Ok(match claimed {
-        Some(true) => IntervalClaim::Claimed,
-        _ => IntervalClaim::TooSoon {
-            ago: Duration::from_micros(ago_us.and_then(|a| u64::try_from(a).ok()).unwrap_or(0)),
-        },
-    })
-}
-
 fn unexpected(link: &Link) -> BackendError {
     BackendError::Failed {
         endpoint: link.endpoint().to_owned(),
         reason: "unexpected answer from the server".into(),
     }
-}
-
-/// The server's wall clock (`clock_timestamp()`), for the skew `lockrun drill` reports.
-pub async fn server_time(link: &Link) -> Result<std::time::SystemTime, BackendError> {
-    let rows = link
-        .query(REQUEST_TIMEOUT, "SELECT clock_timestamp()", &[])
-        .await?;
-    rows.first()
-        .and_then(|row| row.try_get(0).ok())
-        .ok_or_else(|| BackendError::Failed {
-            endpoint: link.endpoint().to_owned(),
-            reason: "unexpected answer to SELECT clock_timestamp()".into(),
-        })
 }

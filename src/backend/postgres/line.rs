@@ -21,13 +21,10 @@ use super::link::{Link, REQUEST_TIMEOUT};
 use super::looker::Looker;
 use super::pace::{Pace, Standing, View, Waiter};
 use super::settings::Settings;
-use super::{inspect, pgpass, schema};
+use super::{pgpass, schema};
 use crate::backend::waiting::line::{Attempt, Doorbell, InLine, Line, Taken, Ticket};
-use crate::backend::{
-    Backend, BackendError, Grant, HolderInfo, IntervalClaim, Lease, LockStatus, Mode, Settings as _,
-};
+use crate::backend::{Backend, BackendError, HolderInfo, Inspect, Lease, Mode, Settings as _};
 use crate::clock::BootInstant;
-use crate::name::LockName;
 
 /// Connects to the server `settings` name, with the password file's password when neither the
 /// URL nor the environment gave one.
@@ -261,36 +258,11 @@ impl Line for Postgres {
             ticket.request.name.to_string(),
             row_slot,
             ticket.owner.clone(),
-            Grant {
-                token: taken.token,
-                slot: taken.slot,
-                ttl: Some(taken.ttl),
-                sent_at,
-            },
+            taken.grant(sent_at),
         ))
     }
 
-    async fn status(&self, name: &LockName) -> Result<LockStatus, BackendError> {
-        inspect::status(&self.link, name).await
-    }
-
-    async fn list(&self, prefix: &str) -> Result<Vec<LockStatus>, BackendError> {
-        inspect::list(&self.link, prefix).await
-    }
-
-    async fn force_release(&self, name: &LockName) -> Result<usize, BackendError> {
-        inspect::force_release(&self.link, name).await
-    }
-
-    async fn claim_interval(
-        &self,
-        name: &LockName,
-        interval: Duration,
-    ) -> Result<IntervalClaim, BackendError> {
-        inspect::claim_interval(&self.link, name, interval).await
-    }
-
-    async fn server_time(&self) -> Result<Option<std::time::SystemTime>, BackendError> {
-        inspect::server_time(&self.link).await.map(Some)
+    fn inspect(&self) -> &dyn Inspect {
+        &*self.link
     }
 }

@@ -87,10 +87,29 @@ impl Keys {
         format!("{}wake:", self.base)
     }
 
+    /// Waiter `owner`'s wake-up channel.
+    pub fn wake(&self, owner: &str) -> String {
+        format!("{}{owner}", self.wake_prefix())
+    }
+
     /// The prefix of every holder's revocation channel; `revoke:ID` is holder ID's.
     pub fn revoke_prefix(&self) -> String {
         format!("{}revoke:", self.base)
     }
+}
+
+/// The keys of a name that the scripts touching its whole line take first, in the scripts' order.
+pub fn line_keys(keys: &Keys) -> [String; 8] {
+    [
+        keys.meta(),
+        keys.queue(),
+        keys.beats(),
+        keys.xqueue(),
+        keys.squeue(),
+        keys.qinfo(),
+        keys.readers(),
+        keys.rinfo(),
+    ]
 }
 
 /// The `SCAN MATCH` pattern for the meta keys of every name starting with `prefix`.

@@ -8,17 +8,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use redis::Script;
 
 use super::connect::{Link, REQUEST_TIMEOUT};
 use super::doorbell::Subscription;
-use super::inspect;
-use super::keys::Keys;
+use super::keys::{Keys, line_keys};
 use super::lease::RedisLease;
-use super::scripts;
+use super::scripts::{self, Call};
 use crate::backend::waiting::line::{Attempt, Doorbell, Line, Taken, Ticket};
-use crate::backend::{BackendError, Grant, HolderInfo, IntervalClaim, Lease, LockStatus, Mode};
+use crate::backend::{BackendError, HolderInfo, Inspect, Lease, Mode};
 use crate::clock::BootInstant;
-use crate::name::LockName;
 
 /// A Redis server, as a line of waiters.
 pub struct Redis {
@@ -47,18 +46,36 @@ fn ttl_ms(ttl: Duration) -> u64 {
     ttl.as_millis().clamp(1, u128::from(u64::MAX)) as u64
 }
 
-/// The keys every script that touches the whole line takes first, in the scripts' order.
-fn line_keys(keys: &Keys) -> [String; 8] {
-    [
-        keys.meta(),
-        keys.queue(),
-        keys.beats(),
-        keys.xqueue(),
-        keys.squeue(),
-        keys.qinfo(),
-        keys.readers(),
-        keys.rinfo(),
-    ]
+/// An acquire script's invocation for `ticket`: the keys of the whole line and of every slot,
+/// then the try itself (Redlock's acquire script takes the same first, and more after).
+pub fn acquire_call(script: &'static Script, ticket: &Ticket<'_>) -> Call {
+    let request = ticket.request;
+    let keys = Keys::new(&request.name);
+    Call::new(script)
+        .keys(line_keys(&keys))
+        .keys(keys.slots(request.limit))
+        .arg(&ticket.owner)
+        .arg(ttl_ms(request.ttl))
+        .arg(request.limit)
+        .arg(ticket.holder_json())
+        .arg(ticket.heartbeat.as_millis() as u64)
+        .arg(match request.mode {
+            Mode::Exclusive => "x",
+            Mode::Shared => "s",
+        })
+        .arg(if request.supersede { "1" } else { "0" })
+        .arg(keys.wake_prefix())
+}
+
+/// The leave script's invocation for `ticket`: out of the line, and out of any slot a lost answer
+/// gave it.
+pub fn leave_call(ticket: &Ticket<'_>) -> Call {
+    let keys = Keys::new(&ticket.request.name);
+    Call::new(&scripts::LEAVE)
+        .keys(line_keys(&keys))
+        .keys(keys.slots(ticket.request.limit))
+        .arg(&ticket.owner)
+        .arg(keys.wake_prefix())
 }
 
 #[async_trait]
@@ -69,28 +86,10 @@ impl Line for Redis {
 
     async fn attempt(&self, ticket: &Ticket<'_>) -> Result<Attempt, BackendError> {
         let request = ticket.request;
-        let keys = Keys::new(&request.name);
-        let mut invocation = scripts::ACQUIRE.prepare_invoke();
-        for key in line_keys(&keys) {
-            invocation.key(key);
-        }
-        for slot in keys.slots(request.limit) {
-            invocation.key(slot);
-        }
-        invocation
-            .arg(&ticket.owner)
-            .arg(ttl_ms(request.ttl))
-            .arg(request.limit)
-            .arg(ticket.holder_json())
-            .arg(ticket.heartbeat.as_millis() as u64)
-            .arg(match request.mode {
-                Mode::Exclusive => "x",
-                Mode::Shared => "s",
-            })
-            .arg(if request.supersede { "1" } else { "0" })
-            .arg(keys.wake_prefix());
         let (taken, token, slot, superseded, by): (i64, i64, i64, i64, String) =
-            self.link.script(REQUEST_TIMEOUT, &invocation).await?;
+            acquire_call(&scripts::ACQUIRE, ticket)
+                .run(&self.link, REQUEST_TIMEOUT)
+                .await?;
         if taken == 1 {
             return Ok(Attempt::Taken(Taken {
                 token: u64::try_from(token).map_err(|_| self.unexpected("acquire"))?,
@@ -106,27 +105,14 @@ impl Line for Redis {
     }
 
     async fn leave(&self, ticket: &Ticket<'_>) -> Result<(), BackendError> {
-        let keys = Keys::new(&ticket.request.name);
-        let mut invocation = scripts::LEAVE.prepare_invoke();
-        for key in line_keys(&keys) {
-            invocation.key(key);
-        }
-        for slot in keys.slots(ticket.request.limit) {
-            invocation.key(slot);
-        }
-        invocation.arg(&ticket.owner).arg(keys.wake_prefix());
-        self.link
-            .script::<i64>(REQUEST_TIMEOUT, &invocation)
+        leave_call(ticket)
+            .run::<i64>(&self.link, REQUEST_TIMEOUT)
             .await
             .map(drop)
     }
 
     async fn doorbell(&self, ticket: &Ticket<'_>) -> Result<Box<dyn Doorbell>, BackendError> {
-        let channel = format!(
-            "{}{}",
-            Keys::new(&ticket.request.name).wake_prefix(),
-            ticket.owner
-        );
+        let channel = Keys::new(&ticket.request.name).wake(&ticket.owner);
         Ok(Box::new(Subscription::open(&self.link, &channel).await?))
     }
 
@@ -136,46 +122,11 @@ impl Line for Redis {
             Keys::new(&ticket.request.name),
             ticket.request.mode,
             ticket.owner.clone(),
-            Grant {
-                token: taken.token,
-                slot: taken.slot,
-                ttl: Some(taken.ttl),
-                sent_at,
-            },
+            taken.grant(sent_at),
         ))
     }
 
-    async fn status(&self, name: &LockName) -> Result<LockStatus, BackendError> {
-        inspect::status(&self.link, name).await
-    }
-
-    async fn list(&self, prefix: &str) -> Result<Vec<LockStatus>, BackendError> {
-        inspect::list(&self.link, prefix).await
-    }
-
-    async fn force_release(&self, name: &LockName) -> Result<usize, BackendError> {
-        inspect::force_release(&self.link, name).await
-    }
-
-    async fn claim_interval(
-        &self,
-        name: &LockName,
-        interval: Duration,
-    ) -> Result<IntervalClaim, BackendError> {
-        let mut invocation = scripts::CLAIM_INTERVAL.prepare_invoke();
-        invocation
-            .key(Keys::new(name).meta())
-            .arg(u64::try_from(interval.as_micros()).unwrap_or(u64::MAX));
-        let (claimed, ago_us): (i64, i64) = self.link.script(REQUEST_TIMEOUT, &invocation).await?;
-        Ok(match claimed {
-            1 => IntervalClaim::Claimed,
-            _ => IntervalClaim::TooSoon {
-                ago: Duration::from_micros(u64::try_from(ago_us).unwrap_or(0)),
-            },
-        })
-    }
-
-    async fn server_time(&self) -> Result<Option<std::time::SystemTime>, BackendError> {
-        inspect::server_time(&self.link).await.map(Some)
+    fn inspect(&self) -> &dyn Inspect {
+        &*self.link
     }
 }

@@ -9,10 +9,10 @@
 
 pub(super) mod connect;
 pub(super) mod doorbell;
-mod inspect;
+pub(super) mod inspect;
 pub(super) mod keys;
 mod lease;
-mod line;
+pub(super) mod line;
 pub(super) mod scripts;
 mod settings;
 

@@ -1,11 +1,16 @@
 //! The server-side scripts, one per operation that must be atomic. Each is a `.lua` file beside
 //! this module (under `lua/`), documented there; the scripts that free a place are prefixed with
 //! `wake.lua`, the one way of waking the next waiters. They are sent by hash and loaded on first
-//! use, including after a server restart.
+//! use, including after a server restart. A [`Call`] is one invocation: a script with its keys
+//! and arguments.
 
 use std::sync::LazyLock;
+use std::time::Duration;
 
-use redis::Script;
+use redis::{FromRedisValue, Script, ToRedisArgs};
+
+use super::connect::Link;
+use crate::backend::BackendError;
 
 /// The waking helper that the scripts freeing a place share.
 const WAKE: &str = include_str!("lua/wake.lua");
@@ -38,3 +43,51 @@ pub static STATUS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!(
 /// `--min-interval`: record a run unless the last was too recent.
 pub static CLAIM_INTERVAL: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/claim_interval.lua")));
+
+/// One script invocation, kept to be sent to one server or (by Redlock) to each master.
+#[derive(Clone)]
+pub struct Call {
+    script: &'static Script,
+    keys: Vec<String>,
+    args: Vec<Vec<u8>>,
+}
+
+impl Call {
+    pub fn new(script: &'static Script) -> Self {
+        Call {
+            script,
+            keys: Vec::new(),
+            args: Vec::new(),
+        }
+    }
+
+    pub fn key(mut self, key: String) -> Self {
+        self.keys.push(key);
+        self
+    }
+
+    pub fn keys(mut self, keys: impl IntoIterator<Item = String>) -> Self {
+        self.keys.extend(keys);
+        self
+    }
+
+    pub fn arg(mut self, arg: impl ToRedisArgs) -> Self {
+        self.args.extend(arg.to_redis_args());
+        self
+    }
+
+    /// Runs the invocation on `link`, giving up after `limit`.
+    pub async fn run<T>(&self, link: &Link, limit: Duration) -> Result<T, BackendError>
+    where
+        T: FromRedisValue + Send,
+    {
+        let mut invocation = self.script.prepare_invoke();
+        for key in &self.keys {
+            invocation.key(key);
+        }
+        for arg in &self.args {
+            invocation.arg(arg);
+        }
+        link.script(limit, &invocation).await
+    }
+}

@@ -19,6 +19,7 @@ use super::masters::Masters;
 use super::scripts::{ACQUIRE, Call, RETREAT, line_keys};
 use super::timing::{self, millis};
 use crate::backend::redis::keys::Keys;
+use crate::backend::redis::line::acquire_call;
 use crate::backend::waiting::line::{Attempt, Taken, Ticket};
 use crate::backend::waiting::policy::renew_timeout;
 use crate::backend::{BackendError, HolderInfo, Mode};
@@ -140,17 +141,7 @@ pub async fn attempt(
     let request = ticket.request;
     let keys = Keys::new(&request.name);
     let limit = renew_timeout(request.ttl);
-    let call = Call::new(&ACQUIRE)
-        .keys(line_keys(&keys))
-        .keys(keys.slots(request.limit))
-        .arg(&ticket.owner)
-        .arg(millis(request.ttl))
-        .arg(request.limit)
-        .arg(ticket.holder_json())
-        .arg(ticket.heartbeat.as_millis() as u64)
-        .arg(mode_arg(request.mode))
-        .arg(if request.supersede { "1" } else { "0" })
-        .arg(keys.wake_prefix())
+    let call = acquire_call(&ACQUIRE, ticket)
         .arg(place.ticket)
         .arg(place.slot.map_or(-1, i64::from));
     let sent = BootInstant::now();

@@ -12,17 +12,22 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use async_trait::async_trait;
+
 use super::masters::Masters;
-use super::scripts::{CLAIM_INTERVAL, Call, FORCE_RELEASE, STATUS};
+use super::scripts::{Call, STATUS};
+use crate::backend::inspect::held;
 use crate::backend::redis::connect::REQUEST_TIMEOUT;
-use crate::backend::redis::keys::{self, Keys};
+use crate::backend::redis::inspect::{
+    claim_interval_call, clock, declared_limit, force_release_call, scan_names, status_keys,
+};
+use crate::backend::redis::keys::Keys;
 use crate::backend::{
-    BackendError, HolderInfo, HolderStatus, IntervalClaim, LockStatus, MAX_LIMIT, WaiterStatus,
+    BackendError, HolderInfo, HolderStatus, Inspect, IntervalClaim, LockStatus, MAX_LIMIT,
+    WaiterStatus,
 };
 use crate::name::LockName;
 
-/// Keys asked for per `SCAN` step.
-const SCAN_COUNT: u32 = 1000;
 /// How long a read waits for more masters once a quorum has answered.
 const STRAGGLERS: Duration = Duration::from_millis(250);
 
@@ -33,22 +38,95 @@ type View = (
     Vec<(String, u32, String, String, i64)>,
 );
 
-/// Who holds `name` on a quorum of masters, and who waits there.
-pub async fn status(masters: &Masters, name: &LockName) -> Result<LockStatus, BackendError> {
-    let keys = Keys::new(name);
-    let limit = known_limit(masters, &keys).await?;
-    let call = Call::new(&STATUS)
-        .key(keys.beats())
-        .key(keys.readers())
-        .key(keys.rinfo())
-        .key(keys.queue())
-        .key(keys.qinfo())
-        .keys(keys.slots(limit));
-    let views = masters
-        .most_of(masters.call::<View>(&call, REQUEST_TIMEOUT), STRAGGLERS)
-        .await?;
-    let views: Vec<View> = views.into_iter().map(|(_, view)| view).collect();
-    Ok(combine(name, limit, &views, masters.quorum()))
+#[async_trait]
+impl Inspect for Masters {
+    /// Who holds `name` on a quorum of masters, and who waits there.
+    async fn status(&self, name: &LockName) -> Result<LockStatus, BackendError> {
+        let keys = Keys::new(name);
+        let limit = known_limit(self, &keys).await?;
+        let call = Call::new(&STATUS).keys(status_keys(&keys, limit));
+        let views = self
+            .most_of(self.call::<View>(&call, REQUEST_TIMEOUT), STRAGGLERS)
+            .await?;
+        let views: Vec<View> = views.into_iter().map(|(_, view)| view).collect();
+        Ok(combine(name, limit, &views, self.quorum()))
+    }
+
+    /// Every held name that starts with `prefix`, sorted by name: the names any master knows,
+    /// each read on a quorum.
+    async fn list(&self, prefix: &str) -> Result<Vec<LockStatus>, BackendError> {
+        let prefix = prefix.to_owned();
+        let round = self.send(move |link| {
+            let prefix = prefix.clone();
+            async move { scan_names(&link, &prefix).await }
+        });
+        let names: BTreeSet<LockName> = self
+            .most_of(round, STRAGGLERS)
+            .await?
+            .into_iter()
+            .flat_map(|(_, names)| names)
+            .collect();
+        held(names, |name| async move { self.status(&name).await }).await
+    }
+
+    /// Drops every holder of `name` on every master, each told on its own channel; returns how
+    /// many holders there were (the most any master had).
+    async fn force_release(&self, name: &LockName) -> Result<usize, BackendError> {
+        let keys = Keys::new(name);
+        let limit = known_limit(self, &keys).await?;
+        let call = force_release_call(&keys, limit);
+        let dropped = self
+            .most_of(self.call::<u64>(&call, REQUEST_TIMEOUT), STRAGGLERS)
+            .await?;
+        let most = dropped.into_iter().map(|(_, n)| n).max().unwrap_or(0);
+        Ok(usize::try_from(most).unwrap_or(usize::MAX))
+    }
+
+    /// `--min-interval`: each master records the run by its own clock unless its last record is
+    /// younger than `interval`; claimed only when a quorum recorded it.
+    async fn claim_interval(
+        &self,
+        name: &LockName,
+        interval: Duration,
+    ) -> Result<IntervalClaim, BackendError> {
+        let call = claim_interval_call(name, interval);
+        let mut round = self.call::<(i64, i64)>(&call, REQUEST_TIMEOUT);
+        let (mut claimed, mut too_soon, mut failures) = (0, Vec::new(), Vec::new());
+        while let Some((i, answer)) = round.next().await {
+            match answer {
+                Ok((1, _)) => claimed += 1,
+                Ok((_, ago_us)) => too_soon.push(u64::try_from(ago_us).unwrap_or(0)),
+                Err(e) => failures.push((i, e)),
+            }
+            if claimed >= self.quorum() {
+                return Ok(IntervalClaim::Claimed);
+            }
+            if too_soon.len() > self.len() - self.quorum() {
+                break;
+            }
+        }
+        match too_soon.iter().min() {
+            // No quorum recorded this run: it does not go ahead.
+            Some(ago) => Ok(IntervalClaim::TooSoon {
+                ago: Duration::from_micros(*ago),
+            }),
+            None => Err(self.no_quorum(failures)),
+        }
+    }
+
+    /// The masters' wall clock (`TIME`): the median of those that answer, for the skew
+    /// `lockrun drill` reports.
+    async fn server_time(&self) -> Result<Option<std::time::SystemTime>, BackendError> {
+        let round = self.send(|link| async move { clock(&link).await });
+        let mut times: Vec<Duration> = self
+            .most_of(round, STRAGGLERS)
+            .await?
+            .into_iter()
+            .map(|(_, t)| t)
+            .collect();
+        times.sort();
+        Ok(Some(std::time::UNIX_EPOCH + times[times.len() / 2]))
+    }
 }
 
 /// What a quorum of the masters' views agree on.
@@ -118,136 +196,11 @@ fn most_common<T: Ord + Copy>(values: &[T]) -> T {
         .expect("a holder is seen at least once")
 }
 
-/// Every held name that starts with `prefix`, sorted by name: the names any master knows, each
-/// read on a quorum.
-pub async fn list(masters: &Masters, prefix: &str) -> Result<Vec<LockStatus>, BackendError> {
-    let pattern = keys::meta_pattern(prefix);
-    let prefix_owned = prefix.to_owned();
-    let round = masters.send(move |link| {
-        let (pattern, prefix) = (pattern.clone(), prefix_owned.clone());
-        async move {
-            let mut names = BTreeSet::new();
-            let mut cursor: u64 = 0;
-            loop {
-                let mut scan = redis::cmd("SCAN");
-                scan.arg(cursor)
-                    .arg("MATCH")
-                    .arg(&pattern)
-                    .arg("COUNT")
-                    .arg(SCAN_COUNT);
-                let (next, found): (u64, Vec<String>) =
-                    link.command(REQUEST_TIMEOUT, &scan).await?;
-                names.extend(
-                    found
-                        .iter()
-                        .filter_map(|key| keys::name_of_meta(key))
-                        .filter(|name| name.as_str().starts_with(&prefix)),
-                );
-                if next == 0 {
-                    return Ok(names);
-                }
-                cursor = next;
-            }
-        }
-    });
-    let names: BTreeSet<LockName> = masters
-        .most_of(round, STRAGGLERS)
-        .await?
-        .into_iter()
-        .flat_map(|(_, names)| names)
-        .collect();
-    let mut held = Vec::new();
-    for name in names {
-        let status = status(masters, &name).await?;
-        if status.held {
-            held.push(status);
-        }
-    }
-    Ok(held)
-}
-
-/// Drops every holder of `name` on every master, each told on its own channel; returns how many
-/// holders there were (the most any master had).
-pub async fn force_release(masters: &Masters, name: &LockName) -> Result<usize, BackendError> {
-    let keys = Keys::new(name);
-    let limit = known_limit(masters, &keys).await?;
-    let call = Call::new(&FORCE_RELEASE)
-        .key(keys.meta())
-        .key(keys.queue())
-        .key(keys.xqueue())
-        .key(keys.readers())
-        .key(keys.rinfo())
-        .keys(keys.slots(limit))
-        .arg(keys.wake_prefix())
-        .arg(keys.revoke_prefix());
-    let dropped = masters
-        .most_of(masters.call::<u64>(&call, REQUEST_TIMEOUT), STRAGGLERS)
-        .await?;
-    let most = dropped.into_iter().map(|(_, n)| n).max().unwrap_or(0);
-    Ok(usize::try_from(most).unwrap_or(usize::MAX))
-}
-
-/// `--min-interval`: each master records the run by its own clock unless its last record is
-/// younger than `interval`; claimed only when a quorum recorded it.
-pub async fn claim_interval(
-    masters: &Masters,
-    name: &LockName,
-    interval: Duration,
-) -> Result<IntervalClaim, BackendError> {
-    let call = Call::new(&CLAIM_INTERVAL)
-        .key(Keys::new(name).meta())
-        .arg(u64::try_from(interval.as_micros()).unwrap_or(u64::MAX));
-    let mut round = masters.call::<(i64, i64)>(&call, REQUEST_TIMEOUT);
-    let (mut claimed, mut too_soon, mut failures) = (0, Vec::new(), Vec::new());
-    while let Some((i, answer)) = round.next().await {
-        match answer {
-            Ok((1, _)) => claimed += 1,
-            Ok((_, ago_us)) => too_soon.push(u64::try_from(ago_us).unwrap_or(0)),
-            Err(e) => failures.push((i, e)),
-        }
-        if claimed >= masters.quorum() {
-            return Ok(IntervalClaim::Claimed);
-        }
-        if too_soon.len() > masters.len() - masters.quorum() {
-            break;
-        }
-    }
-    match too_soon.iter().min() {
-        // No quorum recorded this run: it does not go ahead.
-        Some(ago) => Ok(IntervalClaim::TooSoon {
-            ago: Duration::from_micros(*ago),
-        }),
-        None => Err(masters.no_quorum(failures)),
-    }
-}
-
-/// The masters' wall clock (`TIME`): the median of those that answer, for the skew `lockrun
-/// drill` reports.
-pub async fn server_time(masters: &Masters) -> Result<std::time::SystemTime, BackendError> {
-    let round = masters.send(|link| async move {
-        let (secs, micros): (u64, u64) = link.command(REQUEST_TIMEOUT, &redis::cmd("TIME")).await?;
-        Ok(Duration::from_secs(secs) + Duration::from_micros(micros))
-    });
-    let mut times: Vec<Duration> = masters
-        .most_of(round, STRAGGLERS)
-        .await?
-        .into_iter()
-        .map(|(_, t)| t)
-        .collect();
-    times.sort();
-    Ok(std::time::UNIX_EPOCH + times[times.len() / 2])
-}
-
 /// The largest `--limit` any master has seen declared for the name (1 if none).
 async fn known_limit(masters: &Masters, keys: &Keys) -> Result<u32, BackendError> {
-    let meta = keys.meta();
-    let round = masters.send(move |link| {
-        let meta = meta.clone();
-        async move {
-            let mut get = redis::cmd("HGET");
-            get.arg(meta).arg("limit");
-            link.command::<Option<u32>>(REQUEST_TIMEOUT, &get).await
-        }
+    let round = masters.send(|link| {
+        let keys = keys.clone();
+        async move { declared_limit(&link, &keys).await }
     });
     let limits = masters.most_of(round, STRAGGLERS).await?;
     let limit = limits.into_iter().filter_map(|(_, l)| l).max();

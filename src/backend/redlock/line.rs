@@ -15,17 +15,15 @@ use async_trait::async_trait;
 
 use super::bells::Bells;
 use super::grant::{self, Place, Tried};
-use super::inspect;
 use super::lease::RedlockLease;
 use super::masters::Masters;
-use super::scripts::{Call, LEAVE, line_keys};
 use super::timing::drift;
 use crate::backend::redis::keys::Keys;
+use crate::backend::redis::line::leave_call;
 use crate::backend::waiting::line::{Attempt, Doorbell, Line, Taken, Ticket};
 use crate::backend::waiting::policy::{LEAVE_TIMEOUT, random_bytes};
-use crate::backend::{BackendError, Grant, IntervalClaim, Lease, LockStatus};
+use crate::backend::{BackendError, Inspect, Lease};
 use crate::clock::BootInstant;
-use crate::name::LockName;
 
 /// How many more times a single try is made when contenders split the masters.
 const SPLIT_RETRIES: usize = 2;
@@ -86,22 +84,12 @@ impl Line for Redlock {
 
     async fn leave(&self, ticket: &Ticket<'_>) -> Result<(), BackendError> {
         self.places().remove(&ticket.owner);
-        let keys = Keys::new(&ticket.request.name);
-        let call = Call::new(&LEAVE)
-            .keys(line_keys(&keys))
-            .keys(keys.slots(ticket.request.limit))
-            .arg(&ticket.owner)
-            .arg(keys.wake_prefix());
-        let round = self.masters.call::<i64>(&call, LEAVE_TIMEOUT);
+        let round = self.masters.call::<i64>(&leave_call(ticket), LEAVE_TIMEOUT);
         self.masters.quorum_of(round).await.map(drop)
     }
 
     async fn doorbell(&self, ticket: &Ticket<'_>) -> Result<Box<dyn Doorbell>, BackendError> {
-        let channel = format!(
-            "{}{}",
-            Keys::new(&ticket.request.name).wake_prefix(),
-            ticket.owner
-        );
+        let channel = Keys::new(&ticket.request.name).wake(&ticket.owner);
         Ok(Box::new(Bells::open(&self.masters, &channel).await?))
     }
 
@@ -112,39 +100,14 @@ impl Line for Redlock {
             Keys::new(&ticket.request.name),
             ticket.request.mode,
             ticket.owner.clone(),
-            Grant {
-                token: taken.token,
-                slot: taken.slot,
-                ttl: Some(taken.ttl),
-                // The masters' clocks may run ahead of lockrun's by the drift: the lease is
-                // counted as if asked for that much earlier, so that it is known to last its
-                // validity (TTL − drift) and the command is told the TTL the masters grant.
-                sent_at: sent_at.saturating_sub(drift(taken.ttl)),
-            },
+            // The masters' clocks may run ahead of lockrun's by the drift: the lease is counted as
+            // if asked for that much earlier, so that it is known to last its validity (TTL −
+            // drift) and the command is told the TTL the masters grant.
+            taken.grant(sent_at.saturating_sub(drift(taken.ttl))),
         ))
     }
 
-    async fn status(&self, name: &LockName) -> Result<LockStatus, BackendError> {
-        inspect::status(&self.masters, name).await
-    }
-
-    async fn list(&self, prefix: &str) -> Result<Vec<LockStatus>, BackendError> {
-        inspect::list(&self.masters, prefix).await
-    }
-
-    async fn force_release(&self, name: &LockName) -> Result<usize, BackendError> {
-        inspect::force_release(&self.masters, name).await
-    }
-
-    async fn claim_interval(
-        &self,
-        name: &LockName,
-        interval: Duration,
-    ) -> Result<IntervalClaim, BackendError> {
-        inspect::claim_interval(&self.masters, name, interval).await
-    }
-
-    async fn server_time(&self) -> Result<Option<std::time::SystemTime>, BackendError> {
-        inspect::server_time(&self.masters).await.map(Some)
+    fn inspect(&self) -> &dyn Inspect {
+        &*self.masters
     }
 }

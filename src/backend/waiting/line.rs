@@ -22,11 +22,9 @@ use async_trait::async_trait;
 
 use super::policy::{HEARTBEAT, LEAVE_TIMEOUT, Nap, Outage, SAFETY_RECHECK, owner_id, recheck_at};
 use crate::backend::{
-    AcquireRequest, Acquired, Backend, BackendError, Cancel, HolderInfo, IntervalClaim, Lease,
-    LockStatus,
+    AcquireRequest, Acquired, Backend, BackendError, Cancel, Grant, HolderInfo, Inspect, Lease,
 };
 use crate::clock::BootInstant;
-use crate::name::LockName;
 
 /// Pause before subscribing again after a doorbell broke or could not be set up.
 const RESUBSCRIBE_AFTER: Duration = Duration::from_secs(1);
@@ -60,6 +58,18 @@ pub struct Taken {
     pub slot: u32,
     /// The lease length granted.
     pub ttl: Duration,
+}
+
+impl Taken {
+    /// What was granted, counting the lease from `sent_at`.
+    pub fn grant(self, sent_at: BootInstant) -> Grant {
+        Grant {
+            token: self.token,
+            slot: self.slot,
+            ttl: Some(self.ttl),
+            sent_at,
+        }
+    }
 }
 
 /// What one try found.
@@ -103,24 +113,8 @@ pub trait Line: Send + Sync + 'static {
     /// The lease for a slot this contender took with a try sent at `sent_at`.
     fn lease(&self, ticket: &Ticket<'_>, taken: Taken, sent_at: BootInstant) -> Box<dyn Lease>;
 
-    /// See [`Backend::status`].
-    async fn status(&self, name: &LockName) -> Result<LockStatus, BackendError>;
-
-    /// See [`Backend::list`].
-    async fn list(&self, prefix: &str) -> Result<Vec<LockStatus>, BackendError>;
-
-    /// See [`Backend::force_release`].
-    async fn force_release(&self, name: &LockName) -> Result<usize, BackendError>;
-
-    /// See [`Backend::claim_interval`].
-    async fn claim_interval(
-        &self,
-        name: &LockName,
-        interval: Duration,
-    ) -> Result<IntervalClaim, BackendError>;
-
-    /// See [`Backend::server_time`].
-    async fn server_time(&self) -> Result<Option<std::time::SystemTime>, BackendError>;
+    /// What the backend answers about names without holding them.
+    fn inspect(&self) -> &dyn Inspect;
 }
 
 /// A [`Line`] as a [`Backend`].
@@ -140,28 +134,8 @@ impl<L: Line> Backend for InLine<L> {
         wait_in_line(&*self.0, request, cancel).await
     }
 
-    async fn status(&self, name: &LockName) -> Result<LockStatus, BackendError> {
-        self.0.status(name).await
-    }
-
-    async fn list(&self, prefix: &str) -> Result<Vec<LockStatus>, BackendError> {
-        self.0.list(prefix).await
-    }
-
-    async fn force_release(&self, name: &LockName) -> Result<usize, BackendError> {
-        self.0.force_release(name).await
-    }
-
-    async fn claim_interval(
-        &self,
-        name: &LockName,
-        interval: Duration,
-    ) -> Result<IntervalClaim, BackendError> {
-        self.0.claim_interval(name, interval).await
-    }
-
-    async fn server_time(&self) -> Result<Option<std::time::SystemTime>, BackendError> {
-        self.0.server_time().await
+    fn inspect(&self) -> &dyn Inspect {
+        self.0.inspect()
     }
 }
 

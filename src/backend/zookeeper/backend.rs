@@ -3,18 +3,15 @@
 //! rules; this module ties each operation's module to the trait.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_trait::async_trait;
 
+use super::acquire;
 use super::link::Link;
 use super::settings::Settings;
-use super::{acquire, inspect, interval};
 use crate::backend::{
-    AcquireRequest, Acquired, Backend, BackendError, Cancel, IntervalClaim, LockStatus,
-    Settings as _,
+    AcquireRequest, Acquired, Backend, BackendError, Cancel, Inspect, Settings as _,
 };
-use crate::name::LockName;
 
 /// A ZooKeeper ensemble.
 pub struct ZooKeeper {
@@ -49,27 +46,7 @@ impl Backend for ZooKeeper {
         acquire::acquire(&self.link, request, cancel).await
     }
 
-    async fn status(&self, name: &LockName) -> Result<LockStatus, BackendError> {
-        inspect::status(&self.link, name).await
-    }
-
-    async fn list(&self, prefix: &str) -> Result<Vec<LockStatus>, BackendError> {
-        inspect::list(&self.link, prefix).await
-    }
-
-    async fn force_release(&self, name: &LockName) -> Result<usize, BackendError> {
-        inspect::force_release(&self.link, name).await
-    }
-
-    async fn claim_interval(
-        &self,
-        name: &LockName,
-        interval: Duration,
-    ) -> Result<IntervalClaim, BackendError> {
-        interval::claim(&self.link, name, interval).await
-    }
-
-    async fn server_time(&self) -> Result<Option<std::time::SystemTime>, BackendError> {
-        inspect::server_time(&self.link).await
+    fn inspect(&self) -> &dyn Inspect {
+        &*self.link
     }
 }

@@ -1,5 +1,6 @@
 //! Reading and breaking locks from the outside: `status`, `list`, `release --force`, and the
-//! ensemble's clock for `lockrun drill`.
+//! ensemble's clock for `lockrun drill`; each (and the `--min-interval` claim of [`interval`]) on
+//! a session lent to it.
 //!
 //! A name's line is read in two round trips whatever its length: its children, then every
 //! contender's and slot's data and stat in one multi-read. A contender holds by the rule of
@@ -12,13 +13,19 @@
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
+use async_trait::async_trait;
 use zookeeper_client::{self as zk, MultiReadResult, Stat};
 
+use super::interval;
 use super::line::Line;
 use super::link::{Link, REQUEST_TIMEOUT};
 use super::paths::{self, Contender, slot_of};
 use super::record::Record;
-use crate::backend::{BackendError, HolderInfo, HolderStatus, LockStatus, MAX_LIMIT, WaiterStatus};
+use crate::backend::inspect::held;
+use crate::backend::{
+    BackendError, HolderInfo, HolderStatus, Inspect, IntervalClaim, LockStatus, MAX_LIMIT,
+    WaiterStatus,
+};
 use crate::name::LockName;
 
 /// One contender as read.
@@ -84,20 +91,57 @@ impl View {
     }
 }
 
-/// Who holds `name` now, and who waits.
-pub async fn status(link: &Link, name: &LockName) -> Result<LockStatus, BackendError> {
-    let lent = link.inspector().await?;
-    let viewed = view(link, &lent.client, name).await;
-    lent.done().await;
-    Ok(viewed?.status(name))
+#[async_trait]
+impl Inspect for Link {
+    /// Who holds `name` now, and who waits.
+    async fn status(&self, name: &LockName) -> Result<LockStatus, BackendError> {
+        lent(self, async |client| {
+            Ok(view(self, client, name).await?.status(name))
+        })
+        .await
+    }
+
+    /// Every held name that starts with `prefix`, sorted by name.
+    async fn list(&self, prefix: &str) -> Result<Vec<LockStatus>, BackendError> {
+        lent(self, async |client| list_with(self, client, prefix).await).await
+    }
+
+    /// Deletes every holder's znode (and slot) of `name`; returns how many there were.
+    async fn force_release(&self, name: &LockName) -> Result<usize, BackendError> {
+        lent(self, async |client| {
+            force_release_with(self, client, name).await
+        })
+        .await
+    }
+
+    /// `--min-interval`, by the ensemble's clock (see [`interval`]).
+    async fn claim_interval(
+        &self,
+        name: &LockName,
+        interval: Duration,
+    ) -> Result<IntervalClaim, BackendError> {
+        lent(self, async |client| {
+            interval::claim(self, client, name, interval).await
+        })
+        .await
+    }
+
+    /// The ensemble's clock: the modification time the leader gives a write to the root node.
+    async fn server_time(&self) -> Result<Option<std::time::SystemTime>, BackendError> {
+        lent(self, async |client| server_time_with(self, client).await).await
+    }
 }
 
-/// Every held name that starts with `prefix`, sorted by name.
-pub async fn list(link: &Link, prefix: &str) -> Result<Vec<LockStatus>, BackendError> {
+/// Runs `inspection` on a session lent to it: the run's own, or one opened for it alone and
+/// closed as soon as it is over.
+async fn lent<T>(
+    link: &Link,
+    inspection: impl AsyncFnOnce(&zk::Client) -> Result<T, BackendError>,
+) -> Result<T, BackendError> {
     let lent = link.inspector().await?;
-    let listed = list_with(link, &lent.client, prefix).await;
+    let result = inspection(&lent.client).await;
     lent.done().await;
-    listed
+    result
 }
 
 async fn list_with(
@@ -119,22 +163,10 @@ async fn list_with(
         .filter_map(|child| paths::decode(child))
         .filter(|name| name.as_str().starts_with(prefix))
         .collect();
-    let mut held = Vec::new();
-    for name in names {
-        let status = view(link, client, &name).await?.status(&name);
-        if status.held {
-            held.push(status);
-        }
-    }
-    Ok(held)
-}
-
-/// Deletes every holder's znode (and slot) of `name`; returns how many there were.
-pub async fn force_release(link: &Link, name: &LockName) -> Result<usize, BackendError> {
-    let lent = link.inspector().await?;
-    let dropped = force_release_with(link, &lent.client, name).await;
-    lent.done().await;
-    dropped
+    held(names, |name| async move {
+        Ok(view(link, client, &name).await?.status(&name))
+    })
+    .await
 }
 
 async fn force_release_with(
@@ -181,14 +213,6 @@ async fn force_release_with(
         }
     }
     Ok(dropped)
-}
-
-/// The ensemble's clock: the modification time the leader gives a write to the root node.
-pub async fn server_time(link: &Link) -> Result<Option<std::time::SystemTime>, BackendError> {
-    let lent = link.inspector().await?;
-    let read = server_time_with(link, &lent.client).await;
-    lent.done().await;
-    read
 }
 
 async fn server_time_with(

@@ -22,33 +22,24 @@ use crate::name::LockName;
 /// How many races a claim may lose before giving up.
 const TRIES: u32 = 10;
 
-/// Claims NAME's run now unless it last ran less than `interval` ago.
+/// Claims NAME's run now, on `client`, unless it last ran less than `interval` ago.
 pub async fn claim(
     link: &Link,
+    client: &zk::Client,
     name: &LockName,
     interval: Duration,
 ) -> Result<IntervalClaim, BackendError> {
-    let lent = link.inspector().await?;
     let path = link.paths.child(name, RUN);
-    let mut claimed = Err(BackendError::Failed {
-        endpoint: link.endpoints().to_owned(),
-        reason: format!("too many runs of {name} claimed --min-interval at once"),
-    });
     for _ in 0..TRIES {
-        match attempt(link, &lent.client, name, &path, interval).await {
-            Ok(Some(claim)) => {
-                claimed = Ok(claim);
-                break;
-            }
-            Ok(None) => {}
-            Err(e) => {
-                claimed = Err(link.failed(&e));
-                break;
-            }
+        let tried = attempt(link, client, name, &path, interval).await;
+        if let Some(claim) = tried.map_err(|e| link.failed(&e))? {
+            return Ok(claim);
         }
     }
-    lent.done().await;
-    claimed
+    Err(BackendError::Failed {
+        endpoint: link.endpoints().to_owned(),
+        reason: format!("too many runs of {name} claimed --min-interval at once"),
+    })
 }
 
 /// One try; `None` when it raced with another writer.
