@@ -7,14 +7,12 @@
 
 use std::ops::{Deref, DerefMut};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::Duration;
-
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
 
 use super::fixture::{Counter, Fixture, free_port};
 use super::proxy::Proxy;
+use super::server_process::{ServerProcess, append_log, on_fresh_ports};
 use super::wait::{text, wait_until};
 
 /// How long a member (or the whole cluster) may take to become healthy.
@@ -32,13 +30,14 @@ struct Member {
     name: String,
     client_port: u16,
     peer_port: u16,
-    child: Option<Child>,
+    process: Option<ServerProcess>,
 }
 
 /// A running etcd cluster owned by one test.
 pub struct EtcdCluster {
-    dir: tempfile::TempDir,
+    /// Declared first: killed (on drop) before their directory is removed.
     members: Vec<Member>,
+    dir: tempfile::TempDir,
     pace: Pace,
     token: String,
     /// With TLS: the directory holding `ca.crt`, `server.crt` and `server.key`.
@@ -63,8 +62,7 @@ impl EtcdCluster {
     }
 
     fn start_with(size: usize, pace: Pace, tls: Option<(PathBuf, bool)>) -> Self {
-        // Another process may take a probed port before etcd binds it: try a few times.
-        for attempt in 0..5 {
+        on_fresh_ports(|attempt| {
             let mut cluster = EtcdCluster {
                 dir: tempfile::tempdir().expect("temp dir"),
                 members: (0..size)
@@ -72,7 +70,7 @@ impl EtcdCluster {
                         name: format!("m{i}"),
                         client_port: free_port(),
                         peer_port: free_port(),
-                        child: None,
+                        process: None,
                     })
                     .collect(),
                 pace,
@@ -85,17 +83,15 @@ impl EtcdCluster {
                 cluster.launch(i);
             }
             let healthy = wait_until(READY, || {
-                cluster.members.iter_mut().all(|m| {
-                    m.child
-                        .as_mut()
-                        .is_some_and(|c| c.try_wait().ok().flatten().is_none())
-                }) && (0..size).all(|i| cluster.healthy(i))
+                cluster
+                    .members
+                    .iter_mut()
+                    .all(|m| ServerProcess::runs_in(&mut m.process))
+                    && (0..size).all(|i| cluster.healthy(i))
             });
-            if healthy {
-                return cluster;
-            }
-        }
-        panic!("etcd did not start (is the etcd-server package installed?)");
+            healthy.then_some(cluster)
+        })
+        .expect("etcd did not start (is the etcd-server package installed?)")
     }
 
     /// Spawns member `i` on its ports, with its data directory.
@@ -110,11 +106,7 @@ impl EtcdCluster {
         let client = format!("{scheme}://127.0.0.1:{}", member.client_port);
         let peer = format!("http://127.0.0.1:{}", member.peer_port);
         let data = self.dir.path().join(&member.name);
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.path().join(format!("{}.log", member.name)))
-            .expect("etcd log file");
+        let log = append_log(&self.dir.path().join(format!("{}.log", member.name)));
         let mut cmd = Command::new("etcd");
         cmd.arg("--name")
             .arg(&member.name)
@@ -144,8 +136,7 @@ impl EtcdCluster {
         if self.pace == Pace::Fast {
             cmd.args(["--heartbeat-interval", "50", "--election-timeout", "500"]);
         }
-        let child = cmd.spawn().expect("spawn etcd");
-        self.members[i].child = Some(child);
+        self.members[i].process = Some(ServerProcess::spawn(&mut cmd, "etcd"));
     }
 
     /// Whether member `i` answers a health check (which needs the quorum).
@@ -209,11 +200,7 @@ impl EtcdCluster {
 
     /// Kills member `i` (SIGKILL: no goodbye to its peers or clients).
     pub fn kill_member(&mut self, i: usize) {
-        if let Some(mut child) = self.members[i].child.take() {
-            let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGCONT);
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.members[i].process = None;
     }
 
     /// Starts member `i` again on its ports, with its data; waits until it answers a health check
@@ -231,14 +218,14 @@ impl EtcdCluster {
 
     /// Freezes member `i` (SIGSTOP): it keeps its connections but answers nothing.
     pub fn pause_member(&self, i: usize) {
-        if let Some(child) = &self.members[i].child {
-            kill(Pid::from_raw(child.id() as i32), Signal::SIGSTOP).expect("SIGSTOP etcd");
+        if let Some(process) = &self.members[i].process {
+            process.pause();
         }
     }
 
     pub fn resume_member(&self, i: usize) {
-        if let Some(child) = &self.members[i].child {
-            kill(Pid::from_raw(child.id() as i32), Signal::SIGCONT).expect("SIGCONT etcd");
+        if let Some(process) = &self.members[i].process {
+            process.resume();
         }
     }
 
@@ -260,12 +247,6 @@ impl EtcdCluster {
         for i in 0..self.members.len() {
             self.kill_member(i);
         }
-    }
-}
-
-impl Drop for EtcdCluster {
-    fn drop(&mut self) {
-        self.kill_all();
     }
 }
 

@@ -18,6 +18,7 @@ pub mod proxy;
 pub mod redis_server;
 pub mod redlock_servers;
 pub mod scene;
+pub mod server_process;
 pub mod timing;
 pub mod tools;
 pub mod wait;

@@ -8,18 +8,15 @@
 //!
 //! As a [`Fixture`], [`ZooKeeper<1>`] is the standalone server; a fault hits every member.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::io::Read;
 use std::ops::{Deref, DerefMut};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
-
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
 
 use super::fixture::{Counter, Fixture, free_port};
 use super::proxy::Proxy;
+use super::server_process::{ServerProcess, append_log, on_fresh_ports, sent};
 use super::wait::wait_until;
 
 /// The server's jar (its manifest names the libraries it needs).
@@ -33,13 +30,14 @@ struct Member {
     client_port: u16,
     peer_port: u16,
     election_port: u16,
-    child: Option<Child>,
+    process: Option<ServerProcess>,
 }
 
 /// A running standalone server or ensemble owned by one test.
 pub struct ZkEnsemble {
-    dir: tempfile::TempDir,
+    /// Declared first: killed (on drop) before their directory is removed.
     members: Vec<Member>,
+    dir: tempfile::TempDir,
     password: Option<String>,
     properties: Vec<String>,
 }
@@ -52,8 +50,7 @@ impl ZkEnsemble {
 
     /// [`ZkEnsemble::start`] with Java system properties (`-Dkey=value`) for every member.
     pub fn start_with(size: usize, properties: &[&str]) -> Self {
-        // Another process may take a probed port before a member binds it: try a few times.
-        for _ in 0..5 {
+        on_fresh_ports(|_| {
             let mut ensemble = ZkEnsemble {
                 dir: tempfile::tempdir().expect("temp dir"),
                 members: (0..size)
@@ -61,7 +58,7 @@ impl ZkEnsemble {
                         client_port: free_port(),
                         peer_port: free_port(),
                         election_port: free_port(),
-                        child: None,
+                        process: None,
                     })
                     .collect(),
                 password: None,
@@ -74,11 +71,9 @@ impl ZkEnsemble {
             let ready = wait_until(READY, || {
                 ensemble.all_running() && (0..size).all(|i| ensemble.mode(i).is_some())
             });
-            if ready {
-                return ensemble;
-            }
-        }
-        panic!("zookeeper did not start (is the zookeeper package installed, with a JRE?)");
+            ready.then_some(ensemble)
+        })
+        .expect("zookeeper did not start (is the zookeeper package installed, with a JRE?)")
     }
 
     fn member_dir(&self, i: usize) -> PathBuf {
@@ -114,13 +109,9 @@ impl ZkEnsemble {
     /// Spawns member `i` with its configuration.
     fn launch(&mut self, i: usize) {
         let dir = self.member_dir(i);
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(dir.join("server.log"))
-            .expect("zookeeper log file");
-        let child = Command::new("java")
-            .args(["-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"])
+        let log = append_log(&dir.join("server.log"));
+        let mut cmd = Command::new("java");
+        cmd.args(["-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"])
             .args(["-cp", JAR, "-Dzookeeper.admin.enableServer=false"])
             .args(&self.properties)
             .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
@@ -128,25 +119,21 @@ impl ZkEnsemble {
             .current_dir(&dir)
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log file"))
-            .stderr(log)
-            .spawn()
-            .expect("spawn java (is a JRE installed?)");
-        self.members[i].child = Some(child);
+            .stderr(log);
+        self.members[i].process =
+            Some(ServerProcess::spawn(&mut cmd, "java (is a JRE installed?)"));
     }
 
     fn all_running(&mut self) -> bool {
-        self.members.iter_mut().all(|m| {
-            m.child
-                .as_mut()
-                .is_some_and(|c| c.try_wait().ok().flatten().is_none())
-        })
+        self.members
+            .iter_mut()
+            .all(|m| ServerProcess::runs_in(&mut m.process))
     }
 
     /// Member `i`'s answer to a four-letter word, if it answers.
     pub fn four_letters(&self, i: usize, word: &str) -> Option<String> {
-        let mut stream = TcpStream::connect(("127.0.0.1", self.members[i].client_port)).ok()?;
-        stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-        stream.write_all(word.as_bytes()).ok()?;
+        let port = self.members[i].client_port;
+        let mut stream = sent(port, word.as_bytes(), Duration::from_secs(2))?;
         let mut answer = String::new();
         stream.read_to_string(&mut answer).ok()?;
         Some(answer)
@@ -217,11 +204,7 @@ impl ZkEnsemble {
 
     /// Kills member `i` (SIGKILL: no goodbye to its peers or clients).
     pub fn kill_member(&mut self, i: usize) {
-        if let Some(mut child) = self.members[i].child.take() {
-            let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGCONT);
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.members[i].process = None;
     }
 
     /// Starts member `i` again on its ports, with its data.
@@ -232,14 +215,14 @@ impl ZkEnsemble {
 
     /// Freezes member `i` (SIGSTOP): it keeps its connections but answers nothing.
     pub fn pause_member(&self, i: usize) {
-        if let Some(child) = &self.members[i].child {
-            kill(Pid::from_raw(child.id() as i32), Signal::SIGSTOP).expect("SIGSTOP zookeeper");
+        if let Some(process) = &self.members[i].process {
+            process.pause();
         }
     }
 
     pub fn resume_member(&self, i: usize) {
-        if let Some(child) = &self.members[i].child {
-            kill(Pid::from_raw(child.id() as i32), Signal::SIGCONT).expect("SIGCONT zookeeper");
+        if let Some(process) = &self.members[i].process {
+            process.resume();
         }
     }
 
@@ -256,12 +239,6 @@ impl ZkEnsemble {
         for i in 0..self.members.len() {
             self.kill_member(i);
         }
-    }
-}
-
-impl Drop for ZkEnsemble {
-    fn drop(&mut self) {
-        self.kill_all();
     }
 }
 
