@@ -71,10 +71,6 @@ impl Dynalite {
         format!("dynamodb://{TABLE}?endpoint=http://127.0.0.1:{port}")
     }
 
-    fn process(&self) -> &ServerProcess {
-        self.process.as_ref().expect("dynalite running")
-    }
-
     /// One DynamoDB call (`target` such as `GetItem`, `body` its JSON), signed with dummy
     /// credentials; the answer's JSON. Panics if the server does not answer.
     pub fn call(&self, target: &str, body: &serde_json::Value) -> serde_json::Value {
@@ -174,16 +170,8 @@ impl Fixture for Dynalite {
         Some(Proxy::in_front_of(self.port, |port| self.url_on(port)))
     }
 
-    fn kill(&mut self) {
-        self.process = None;
-    }
-
-    fn pause(&self) {
-        self.process().pause();
-    }
-
-    fn resume(&self) {
-        self.process().resume();
+    fn servers(&self) -> Vec<&ServerProcess> {
+        self.process.iter().collect()
     }
 
     fn restart(&mut self, _wipe: bool) {

@@ -1,15 +1,16 @@
 //! Private etcd members per test (Debian's `etcd`, never one that happens to run on the machine):
 //! one member or a three-member cluster on free loopback ports (client and peer), data in a
 //! temporary directory, ready when `etcdctl endpoint health` passes on every member (polled, never a
-//! fixed sleep), killed on drop. A member can be killed, restarted on its ports with its data, and
-//! paused with SIGSTOP. As a [`Fixture`], [`Etcd<1>`] is one member at etcd's default timing and
-//! [`Etcd<3>`] a three-member cluster with fast elections; a fault hits every member.
+//! fixed sleep), killed on drop. A member can be killed and restarted on its ports with its data.
+//! As a [`Fixture`], [`Etcd<1>`] is one member at etcd's default timing and [`Etcd<3>`] a
+//! three-member cluster with fast elections; a fault (a kill, a pause with SIGSTOP) hits every
+//! member.
 
-use std::ops::{Deref, DerefMut};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
+use super::cluster::Cluster;
 use super::fixture::{Counter, Fixture, free_port};
 use super::proxy::Proxy;
 use super::server_process::{ServerProcess, append_log, on_fresh_ports};
@@ -85,8 +86,8 @@ impl EtcdCluster {
             let healthy = wait_until(READY, || {
                 cluster
                     .members
-                    .iter_mut()
-                    .all(|m| ServerProcess::runs_in(&mut m.process))
+                    .iter()
+                    .all(|m| ServerProcess::runs_in(&m.process))
                     && (0..size).all(|i| cluster.healthy(i))
             });
             healthy.then_some(cluster)
@@ -216,19 +217,6 @@ impl EtcdCluster {
         }
     }
 
-    /// Freezes member `i` (SIGSTOP): it keeps its connections but answers nothing.
-    pub fn pause_member(&self, i: usize) {
-        if let Some(process) = &self.members[i].process {
-            process.pause();
-        }
-    }
-
-    pub fn resume_member(&self, i: usize) {
-        if let Some(process) = &self.members[i].process {
-            process.resume();
-        }
-    }
-
     /// Runs `etcdctl` (API v3) against every member.
     pub fn etcdctl(&self, args: &[&str]) -> Output {
         let endpoints: Vec<String> = (0..self.members.len()).map(|i| self.endpoint(i)).collect();
@@ -242,6 +230,14 @@ impl EtcdCluster {
         cmd.args(args).output().expect("run etcdctl")
     }
 
+    /// The members' processes (those running).
+    fn servers(&self) -> Vec<&ServerProcess> {
+        self.members
+            .iter()
+            .filter_map(|m| m.process.as_ref())
+            .collect()
+    }
+
     /// Kills every member.
     pub fn kill_all(&mut self) {
         for i in 0..self.members.len() {
@@ -251,23 +247,7 @@ impl EtcdCluster {
 }
 
 /// An etcd cluster of `MEMBERS` members as a backend under test.
-pub struct Etcd<const MEMBERS: usize> {
-    cluster: EtcdCluster,
-}
-
-impl<const MEMBERS: usize> Deref for Etcd<MEMBERS> {
-    type Target = EtcdCluster;
-
-    fn deref(&self) -> &EtcdCluster {
-        &self.cluster
-    }
-}
-
-impl<const MEMBERS: usize> DerefMut for Etcd<MEMBERS> {
-    fn deref_mut(&mut self) -> &mut EtcdCluster {
-        &mut self.cluster
-    }
-}
+pub type Etcd<const MEMBERS: usize> = Cluster<EtcdCluster, MEMBERS>;
 
 impl<const MEMBERS: usize> Fixture for Etcd<MEMBERS> {
     const TTL: &'static str = "3s";
@@ -279,7 +259,7 @@ impl<const MEMBERS: usize> Fixture for Etcd<MEMBERS> {
         } else {
             Pace::Fast
         };
-        Etcd {
+        Cluster {
             cluster: EtcdCluster::sized(MEMBERS, pace),
         }
     }
@@ -315,20 +295,8 @@ impl<const MEMBERS: usize> Fixture for Etcd<MEMBERS> {
         }))
     }
 
-    fn kill(&mut self) {
-        self.cluster.kill_all();
-    }
-
-    fn pause(&self) {
-        for i in 0..MEMBERS {
-            self.cluster.pause_member(i);
-        }
-    }
-
-    fn resume(&self) {
-        for i in 0..MEMBERS {
-            self.cluster.resume_member(i);
-        }
+    fn servers(&self) -> Vec<&ServerProcess> {
+        self.cluster.servers()
     }
 
     /// Tokens are revisions kept in the members' data, which a crash keeps: a wipe changes

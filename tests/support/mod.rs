@@ -4,6 +4,7 @@
 
 pub mod asserts;
 pub mod certs;
+pub mod cluster;
 pub mod dynalite_server;
 pub mod etcd_cluster;
 pub mod file_dir;

@@ -22,7 +22,7 @@ use std::time::Duration;
 use super::fixture::{Counter, Fixture, free_port};
 use super::proxy::Proxy;
 use super::server_process::{ServerProcess, on_fresh_ports, sent};
-use super::wait::text;
+use super::wait::{answer, text};
 
 /// The database the tests' URLs name.
 pub const DATABASE: &str = "lockrun_test";
@@ -160,10 +160,6 @@ impl MySqlServer {
         std::fs::read_to_string(self.dir.path().join("mysqld.log")).unwrap_or_default()
     }
 
-    fn process(&self) -> &ServerProcess {
-        self.process.as_ref().expect("mariadbd running")
-    }
-
     /// Runs SQL through the `mariadb` client as root, over the server's socket.
     pub fn client(&self, sql: &str) -> Output {
         Command::new("mariadb")
@@ -179,13 +175,7 @@ impl MySqlServer {
 
     /// The client's output for `sql`, trimmed; fails the test if it failed.
     pub fn sql(&self, sql: &str) -> String {
-        let out = self.client(sql);
-        assert!(
-            out.status.success(),
-            "mariadb failed on {sql:?}: {}",
-            text(&out.stderr)
-        );
-        text(&out.stdout).trim().to_owned()
+        answer(&self.client(sql), &format!("mariadb failed on {sql:?}"))
     }
 }
 
@@ -224,17 +214,8 @@ impl Fixture for MySqlServer {
         Some(Proxy::in_front_of(self.port, |port| self.url_on(port)))
     }
 
-    /// SIGKILL: no shutdown, crash recovery on restart.
-    fn kill(&mut self) {
-        self.process = None;
-    }
-
-    fn pause(&self) {
-        self.process().pause();
-    }
-
-    fn resume(&self) {
-        self.process().resume();
+    fn servers(&self) -> Vec<&ServerProcess> {
+        self.process.iter().collect()
     }
 
     /// A crash and a start on the same port with the same data; wiping, lockrun's rows are then

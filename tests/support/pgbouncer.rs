@@ -196,16 +196,8 @@ impl Fixture for Pooled {
         }))
     }
 
-    fn kill(&mut self) {
-        self.server.kill();
-    }
-
-    fn pause(&self) {
-        self.server.pause();
-    }
-
-    fn resume(&self) {
-        self.server.resume();
+    fn servers(&self) -> Vec<&ServerProcess> {
+        self.server.servers()
     }
 
     fn restart(&mut self, wipe: bool) {

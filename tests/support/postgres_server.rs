@@ -17,6 +17,7 @@ use std::time::Duration;
 use super::fixture::{Counter, Fixture, free_port};
 use super::proxy::Proxy;
 use super::server_process::{ServerProcess, ServerUser, append_log, on_fresh_ports};
+use super::wait::answer;
 
 /// The user name of the cluster's superuser.
 pub const SUPERUSER: &str = "postgres";
@@ -207,10 +208,6 @@ impl PgServer {
         &self.bin
     }
 
-    fn process(&self) -> &ServerProcess {
-        self.process.as_ref().expect("postgres running")
-    }
-
     /// Runs one SQL text through `psql` (unaligned, tuples only) as the superuser.
     pub fn psql(&self, sql: &str) -> Output {
         let mut cmd = Command::new(self.bin.join("psql"));
@@ -226,13 +223,7 @@ impl PgServer {
 
     /// `psql`'s output for `sql`, trimmed; panics if it failed.
     pub fn sql(&self, sql: &str) -> String {
-        let out = self.psql(sql);
-        assert!(
-            out.status.success(),
-            "psql failed on {sql:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+        answer(&self.psql(sql), &format!("psql failed on {sql:?}"))
     }
 }
 
@@ -257,19 +248,10 @@ impl Fixture for PgServer {
         Some(Proxy::in_front_of(self.port, |port| self.url_on(port)))
     }
 
-    /// The postmaster and every backend (SIGKILL: no shutdown, crash recovery on restart); none
-    /// is left attached to the shared memory, which would stop a restart.
-    fn kill(&mut self) {
-        self.process = None;
-    }
-
-    /// Freezes the server and its backends (SIGSTOP): connections stay open, nothing answers.
-    fn pause(&self) {
-        self.process().pause();
-    }
-
-    fn resume(&self) {
-        self.process().resume();
+    /// The postmaster, whose backends a fault hits with it: none is left attached to the shared
+    /// memory after a kill, which would stop a restart.
+    fn servers(&self) -> Vec<&ServerProcess> {
+        self.process.iter().collect()
     }
 
     /// Starts the server again on the same port with the same data.

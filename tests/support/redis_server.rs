@@ -13,7 +13,7 @@ use std::time::Duration;
 use super::fixture::{Counter, Fixture, free_port};
 use super::proxy::Proxy;
 use super::server_process::{ServerProcess, on_fresh_ports, sent};
-use super::wait::text;
+use super::wait::answer;
 
 /// A running `redis-server` owned by one test.
 pub struct RedisServer {
@@ -130,10 +130,6 @@ impl RedisServer {
         }
     }
 
-    fn process(&self) -> &ServerProcess {
-        self.process.as_ref().expect("redis-server running")
-    }
-
     /// Runs `redis-cli` against this server.
     pub fn cli(&self, args: &[&str]) -> Output {
         let mut cmd = Command::new("redis-cli");
@@ -146,13 +142,7 @@ impl RedisServer {
 
     /// `redis-cli`'s answer to `args`, trimmed; fails the test if it did not answer.
     pub fn ask(&self, args: &[&str]) -> String {
-        let out = self.cli(args);
-        assert!(
-            out.status.success(),
-            "redis-cli {args:?}: {}",
-            text(&out.stderr)
-        );
-        text(&out.stdout).trim().to_owned()
+        answer(&self.cli(args), &format!("redis-cli {args:?}"))
     }
 }
 
@@ -177,16 +167,8 @@ impl Fixture for RedisServer {
         Some(Proxy::in_front_of(self.port, |port| self.url_on(port)))
     }
 
-    fn kill(&mut self) {
-        self.process = None;
-    }
-
-    fn pause(&self) {
-        self.process().pause();
-    }
-
-    fn resume(&self) {
-        self.process().resume();
+    fn servers(&self) -> Vec<&ServerProcess> {
+        self.process.iter().collect()
     }
 
     /// Keeping the keys: saved to `dump.rdb` just before the crash, loaded at the start.

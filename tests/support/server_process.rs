@@ -12,6 +12,7 @@ use std::net::TcpStream;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill};
@@ -29,9 +30,10 @@ pub fn on_fresh_ports<T>(attempt: impl FnMut(usize) -> Option<T>) -> Option<T> {
     (0..ATTEMPTS).find_map(attempt)
 }
 
-/// A running server process owned by a fixture; killed (SIGKILL) on drop.
+/// A server process owned by a fixture; killed (SIGKILL) by [`ServerProcess::kill`] or on drop.
 pub struct ServerProcess {
-    child: Child,
+    /// `None` once killed.
+    child: Mutex<Option<Child>>,
     /// What it is, for messages (`redis-server`, `postgres`…).
     name: &'static str,
 }
@@ -42,7 +44,10 @@ impl ServerProcess {
         let child = cmd
             .spawn()
             .unwrap_or_else(|err| panic!("spawn {name}: {err}"));
-        ServerProcess { child, name }
+        ServerProcess {
+            child: Mutex::new(Some(child)),
+            name,
+        }
     }
 
     /// Spawns `cmd` and polls `ready` for up to `timeout`; `None` (and the process killed) if it
@@ -53,24 +58,32 @@ impl ServerProcess {
         timeout: Duration,
         mut ready: impl FnMut() -> bool,
     ) -> Option<Self> {
-        let mut server = Self::spawn(cmd, name);
-        let got_ready = wait_until(timeout, || server.exited() || ready());
-        (got_ready && !server.exited()).then_some(server)
+        let server = Self::spawn(cmd, name);
+        let got_ready = wait_until(timeout, || !server.running() || ready());
+        (got_ready && server.running()).then_some(server)
     }
 
-    /// Whether `slot` holds a process that has not exited.
-    pub fn runs_in(slot: &mut Option<Self>) -> bool {
-        slot.as_mut().is_some_and(|process| !process.exited())
+    /// Whether `slot` holds a process that is running.
+    pub fn runs_in(slot: &Option<Self>) -> bool {
+        slot.as_ref().is_some_and(Self::running)
     }
 
-    /// Whether the process has exited.
-    pub fn exited(&mut self) -> bool {
-        self.child.try_wait().ok().flatten().is_some()
+    /// Whether the process is running: neither killed nor exited.
+    pub fn running(&self) -> bool {
+        self.child()
+            .as_mut()
+            .is_some_and(|child| child.try_wait().ok().flatten().is_none())
     }
 
-    /// The server first, then every process it started.
+    fn child(&self) -> MutexGuard<'_, Option<Child>> {
+        self.child.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The server first, then every process it started; none once it is killed.
     fn processes(&self) -> Vec<i32> {
-        let server = self.child.id() as i32;
+        let Some(server) = self.child().as_ref().map(|child| child.id() as i32) else {
+            return Vec::new();
+        };
         let mut pids = vec![server];
         pids.extend(children_of(server));
         pids
@@ -95,21 +108,28 @@ impl ServerProcess {
             let _ = signal(pid, Signal::SIGCONT);
         }
     }
-}
 
-impl Drop for ServerProcess {
     /// SIGKILL (no shutdown: crash recovery on a restart), continued in case it was paused, then
-    /// waits until the server and everything it started are gone.
-    fn drop(&mut self) {
+    /// waits until the server and everything it started are gone. Once killed, it stays so.
+    pub fn kill(&self) {
         let processes = self.processes();
+        let Some(mut child) = self.child().take() else {
+            return;
+        };
         for &pid in &processes {
             let _ = signal(pid, Signal::SIGKILL);
             let _ = signal(pid, Signal::SIGCONT);
         }
-        let _ = self.child.wait();
+        let _ = child.wait();
         wait_until(Duration::from_secs(10), || {
             processes.iter().all(|&pid| !alive(pid))
         });
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        self.kill();
     }
 }
 

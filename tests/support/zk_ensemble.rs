@@ -4,16 +4,17 @@
 //! 500 ms, so session timeouts from 1 s to 10 s are granted; the admin server is off. A member is
 //! ready when it answers the `srvr` four-letter word with its mode (standalone, leader or
 //! follower: polled, never a fixed sleep); the members of an ensemble start in parallel. A member
-//! can be killed, restarted on its ports with its data, and paused with SIGSTOP.
+//! can be killed and restarted on its ports with its data.
 //!
-//! As a [`Fixture`], [`ZooKeeper<1>`] is the standalone server; a fault hits every member.
+//! As a [`Fixture`], [`ZooKeeper<1>`] is the standalone server; a fault (a kill, a pause with
+//! SIGSTOP) hits every member.
 
 use std::io::Read;
-use std::ops::{Deref, DerefMut};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use super::cluster::Cluster;
 use super::fixture::{Counter, Fixture, free_port};
 use super::proxy::Proxy;
 use super::server_process::{ServerProcess, append_log, on_fresh_ports, sent};
@@ -124,10 +125,10 @@ impl ZkEnsemble {
             Some(ServerProcess::spawn(&mut cmd, "java (is a JRE installed?)"));
     }
 
-    fn all_running(&mut self) -> bool {
+    fn all_running(&self) -> bool {
         self.members
-            .iter_mut()
-            .all(|m| ServerProcess::runs_in(&mut m.process))
+            .iter()
+            .all(|m| ServerProcess::runs_in(&m.process))
     }
 
     /// Member `i`'s answer to a four-letter word, if it answers.
@@ -213,19 +214,6 @@ impl ZkEnsemble {
         self.launch(i);
     }
 
-    /// Freezes member `i` (SIGSTOP): it keeps its connections but answers nothing.
-    pub fn pause_member(&self, i: usize) {
-        if let Some(process) = &self.members[i].process {
-            process.pause();
-        }
-    }
-
-    pub fn resume_member(&self, i: usize) {
-        if let Some(process) = &self.members[i].process {
-            process.resume();
-        }
-    }
-
     /// Waits until every member serves again.
     pub fn wait_serving(&mut self) {
         let size = self.members.len();
@@ -233,6 +221,14 @@ impl ZkEnsemble {
             self.all_running() && (0..size).all(|i| self.mode(i).is_some())
         });
         assert!(ready, "zookeeper did not serve again");
+    }
+
+    /// The members' processes (those running).
+    fn servers(&self) -> Vec<&ServerProcess> {
+        self.members
+            .iter()
+            .filter_map(|m| m.process.as_ref())
+            .collect()
     }
 
     pub fn kill_all(&mut self) {
@@ -243,28 +239,12 @@ impl ZkEnsemble {
 }
 
 /// A ZooKeeper of `MEMBERS` members as a backend under test.
-pub struct ZooKeeper<const MEMBERS: usize> {
-    ensemble: ZkEnsemble,
-}
-
-impl<const MEMBERS: usize> Deref for ZooKeeper<MEMBERS> {
-    type Target = ZkEnsemble;
-
-    fn deref(&self) -> &ZkEnsemble {
-        &self.ensemble
-    }
-}
-
-impl<const MEMBERS: usize> DerefMut for ZooKeeper<MEMBERS> {
-    fn deref_mut(&mut self) -> &mut ZkEnsemble {
-        &mut self.ensemble
-    }
-}
+pub type ZooKeeper<const MEMBERS: usize> = Cluster<ZkEnsemble, MEMBERS>;
 
 impl<const MEMBERS: usize> Fixture for ZooKeeper<MEMBERS> {
     fn start() -> Self {
-        ZooKeeper {
-            ensemble: ZkEnsemble::start(MEMBERS),
+        Cluster {
+            cluster: ZkEnsemble::start(MEMBERS),
         }
     }
 
@@ -272,12 +252,12 @@ impl<const MEMBERS: usize> Fixture for ZooKeeper<MEMBERS> {
     /// so a wrong password is another identity, refused.
     fn with_password(password: &str) -> Option<Self> {
         let mut zk = Self::start();
-        zk.ensemble.password = Some(password.to_owned());
+        zk.cluster.password = Some(password.to_owned());
         Some(zk)
     }
 
     fn url(&self) -> String {
-        self.ensemble.url()
+        self.cluster.url()
     }
 
     fn url_at(authority: &str) -> String {
@@ -299,33 +279,21 @@ impl<const MEMBERS: usize> Fixture for ZooKeeper<MEMBERS> {
         }))
     }
 
-    fn kill(&mut self) {
-        self.ensemble.kill_all();
-    }
-
-    fn pause(&self) {
-        for i in 0..MEMBERS {
-            self.ensemble.pause_member(i);
-        }
-    }
-
-    fn resume(&self) {
-        for i in 0..MEMBERS {
-            self.ensemble.resume_member(i);
-        }
+    fn servers(&self) -> Vec<&ServerProcess> {
+        self.cluster.servers()
     }
 
     /// Tokens are zxids, kept in the members' transaction logs, which a crash keeps: a wipe
     /// changes nothing here.
     fn restart(&mut self, _wipe: bool) {
-        self.ensemble.kill_all();
+        self.cluster.kill_all();
         for i in 0..MEMBERS {
-            self.ensemble.launch(i);
+            self.cluster.launch(i);
         }
-        self.ensemble.wait_serving();
+        self.cluster.wait_serving();
     }
 
     fn counter(&self, _name: &str) -> Counter {
-        Counter::AtLeast(self.ensemble.zxid(self.ensemble.leader()))
+        Counter::AtLeast(self.cluster.zxid(self.cluster.leader()))
     }
 }
