@@ -3,6 +3,7 @@
 //! fault proxy, the contract's lease timing, certificates, the machine's prerequisites and the man page.
 
 pub mod asserts;
+pub mod backend_scenarios;
 pub mod certs;
 pub mod cluster;
 pub mod dynalite_server;
