@@ -215,6 +215,17 @@ class FencedStore:
 # ------------------------------------------------------------------------------------------------
 
 
+def answer(port: int, request: bytes) -> bytes:
+    """What a server on loopback `port` first answers to `request`: empty if nothing accepts the
+    connection or answers within a second."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+            s.sendall(request)
+            return s.recv(4096)
+    except OSError:
+        return b""
+
+
 class Backend:
     kind = "?"
     networked = True
@@ -282,12 +293,7 @@ class RedisBackend(Backend):
         return f"redis://127.0.0.1:{self.port}"
 
     def ping(self) -> bool:
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
-                s.sendall(b"*1\r\n$4\r\nPING\r\n")
-                return s.recv(16).startswith(b"+PONG")
-        except OSError:
-            return False
+        return answer(self.port, b"*1\r\n$4\r\nPING\r\n").startswith(b"+PONG")
 
     def start(self) -> None:
         self.proc = subprocess.Popen(
@@ -344,12 +350,7 @@ class EtcdBackend(Backend):
         return f"etcd://127.0.0.1:{self.client}"
 
     def healthy(self) -> bool:
-        try:
-            with socket.create_connection(("127.0.0.1", self.client), timeout=1) as s:
-                s.sendall(b"GET /health HTTP/1.0\r\n\r\n")
-                return b'"health":"true"' in s.recv(4096)
-        except OSError:
-            return False
+        return b'"health":"true"' in answer(self.client, b"GET /health HTTP/1.0\r\n\r\n")
 
     def start(self) -> None:
         client = f"http://127.0.0.1:{self.client}"
@@ -464,12 +465,7 @@ class ZkBackend(Backend):
         return f"zk://127.0.0.1:{self.port}"
 
     def serving(self) -> bool:
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
-                s.sendall(b"srvr")
-                return b"Mode: " in s.recv(4096)
-        except OSError:
-            return False
+        return b"Mode: " in answer(self.port, b"srvr")
 
     def start(self) -> None:
         self.proc = subprocess.Popen(
