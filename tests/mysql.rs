@@ -71,10 +71,9 @@ fn the_table_prefix_can_be_chosen_and_is_validated() {
 
 #[test]
 fn tls_follows_the_ssl_modes_of_the_mysql_client() {
-    if !tools::openssl() {
+    let Some(certs) = Certificates::if_openssl() else {
         return;
-    }
-    let certs = Certificates::make();
+    };
     let server = MySqlServer::with_tls(certs.dir());
     // A user that may only log in over TLS proves that the connection is encrypted.
     server.sql("CREATE USER 'tls'@'%' REQUIRE SSL; GRANT ALL ON *.* TO 'tls'@'%'");

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use super::cluster::Cluster;
+use super::cluster::{Cluster, MemberProcesses};
 use super::fixture::{Counter, Fixture, free_port};
 use super::proxy::Proxy;
 use super::server_process::{ServerProcess, append_log, on_fresh_ports};
@@ -31,12 +31,12 @@ struct Member {
     name: String,
     client_port: u16,
     peer_port: u16,
-    process: Option<ServerProcess>,
 }
 
 /// A running etcd cluster owned by one test.
 pub struct EtcdCluster {
     /// Declared first: killed (on drop) before their directory is removed.
+    processes: MemberProcesses,
     members: Vec<Member>,
     dir: tempfile::TempDir,
     pace: Pace,
@@ -65,13 +65,13 @@ impl EtcdCluster {
     fn start_with(size: usize, pace: Pace, tls: Option<(PathBuf, bool)>) -> Self {
         on_fresh_ports(|attempt| {
             let mut cluster = EtcdCluster {
+                processes: MemberProcesses::new(size),
                 dir: tempfile::tempdir().expect("temp dir"),
                 members: (0..size)
                     .map(|i| Member {
                         name: format!("m{i}"),
                         client_port: free_port(),
                         peer_port: free_port(),
-                        process: None,
                     })
                     .collect(),
                 pace,
@@ -84,11 +84,7 @@ impl EtcdCluster {
                 cluster.launch(i);
             }
             let healthy = wait_until(READY, || {
-                cluster
-                    .members
-                    .iter()
-                    .all(|m| ServerProcess::runs_in(&m.process))
-                    && (0..size).all(|i| cluster.healthy(i))
+                cluster.processes.all_running() && (0..size).all(|i| cluster.healthy(i))
             });
             healthy.then_some(cluster)
         })
@@ -137,7 +133,8 @@ impl EtcdCluster {
         if self.pace == Pace::Fast {
             cmd.args(["--heartbeat-interval", "50", "--election-timeout", "500"]);
         }
-        self.members[i].process = Some(ServerProcess::spawn(&mut cmd, "etcd"));
+        self.processes
+            .set(i, ServerProcess::spawn(&mut cmd, "etcd"));
     }
 
     /// Whether member `i` answers a health check (which needs the quorum).
@@ -201,7 +198,7 @@ impl EtcdCluster {
 
     /// Kills member `i` (SIGKILL: no goodbye to its peers or clients).
     pub fn kill_member(&mut self, i: usize) {
-        self.members[i].process = None;
+        self.processes.kill(i);
     }
 
     /// Starts member `i` again on its ports, with its data; waits until it answers a health check
@@ -230,19 +227,14 @@ impl EtcdCluster {
         cmd.args(args).output().expect("run etcdctl")
     }
 
-    /// The members' processes (those running).
+    /// The members that are up.
     fn servers(&self) -> Vec<&ServerProcess> {
-        self.members
-            .iter()
-            .filter_map(|m| m.process.as_ref())
-            .collect()
+        self.processes.up()
     }
 
     /// Kills every member.
     pub fn kill_all(&mut self) {
-        for i in 0..self.members.len() {
-            self.kill_member(i);
-        }
+        self.processes.kill_all();
     }
 }
 

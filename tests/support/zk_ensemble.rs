@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use super::cluster::Cluster;
+use super::cluster::{Cluster, MemberProcesses};
 use super::fixture::{Counter, Fixture, free_port};
 use super::proxy::Proxy;
 use super::server_process::{ServerProcess, append_log, on_fresh_ports, sent};
@@ -31,12 +31,12 @@ struct Member {
     client_port: u16,
     peer_port: u16,
     election_port: u16,
-    process: Option<ServerProcess>,
 }
 
 /// A running standalone server or ensemble owned by one test.
 pub struct ZkEnsemble {
     /// Declared first: killed (on drop) before their directory is removed.
+    processes: MemberProcesses,
     members: Vec<Member>,
     dir: tempfile::TempDir,
     password: Option<String>,
@@ -53,13 +53,13 @@ impl ZkEnsemble {
     pub fn start_with(size: usize, properties: &[&str]) -> Self {
         on_fresh_ports(|_| {
             let mut ensemble = ZkEnsemble {
+                processes: MemberProcesses::new(size),
                 dir: tempfile::tempdir().expect("temp dir"),
                 members: (0..size)
                     .map(|_| Member {
                         client_port: free_port(),
                         peer_port: free_port(),
                         election_port: free_port(),
-                        process: None,
                     })
                     .collect(),
                 password: None,
@@ -70,7 +70,7 @@ impl ZkEnsemble {
                 ensemble.launch(i);
             }
             let ready = wait_until(READY, || {
-                ensemble.all_running() && (0..size).all(|i| ensemble.mode(i).is_some())
+                ensemble.processes.all_running() && (0..size).all(|i| ensemble.mode(i).is_some())
             });
             ready.then_some(ensemble)
         })
@@ -121,14 +121,8 @@ impl ZkEnsemble {
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log file"))
             .stderr(log);
-        self.members[i].process =
-            Some(ServerProcess::spawn(&mut cmd, "java (is a JRE installed?)"));
-    }
-
-    fn all_running(&self) -> bool {
-        self.members
-            .iter()
-            .all(|m| ServerProcess::runs_in(&m.process))
+        let process = ServerProcess::spawn(&mut cmd, "java (is a JRE installed?)");
+        self.processes.set(i, process);
     }
 
     /// Member `i`'s answer to a four-letter word, if it answers.
@@ -205,7 +199,7 @@ impl ZkEnsemble {
 
     /// Kills member `i` (SIGKILL: no goodbye to its peers or clients).
     pub fn kill_member(&mut self, i: usize) {
-        self.members[i].process = None;
+        self.processes.kill(i);
     }
 
     /// Starts member `i` again on its ports, with its data.
@@ -218,23 +212,19 @@ impl ZkEnsemble {
     pub fn wait_serving(&mut self) {
         let size = self.members.len();
         let ready = wait_until(READY, || {
-            self.all_running() && (0..size).all(|i| self.mode(i).is_some())
+            self.processes.all_running() && (0..size).all(|i| self.mode(i).is_some())
         });
         assert!(ready, "zookeeper did not serve again");
     }
 
-    /// The members' processes (those running).
+    /// The members that are up.
     fn servers(&self) -> Vec<&ServerProcess> {
-        self.members
-            .iter()
-            .filter_map(|m| m.process.as_ref())
-            .collect()
+        self.processes.up()
     }
 
+    /// Kills every member.
     pub fn kill_all(&mut self) {
-        for i in 0..self.members.len() {
-            self.kill_member(i);
-        }
+        self.processes.kill_all();
     }
 }
 
