@@ -21,6 +21,7 @@ pub mod redis_server;
 pub mod redlock_servers;
 pub mod scene;
 pub mod server_process;
+pub mod server_user;
 pub mod timing;
 pub mod tools;
 pub mod wait;

@@ -13,7 +13,8 @@ use std::time::Duration;
 use super::fixture::{Counter, Fixture, free_port};
 use super::postgres_server::{PgServer, SUPERUSER};
 use super::proxy::Proxy;
-use super::server_process::{ServerProcess, ServerUser, on_fresh_ports};
+use super::server_process::{ServerProcess, on_fresh_ports};
+use super::server_user::ServerUser;
 
 /// How a PgBouncer is configured.
 #[derive(Clone, Debug)]

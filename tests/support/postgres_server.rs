@@ -16,7 +16,8 @@ use std::time::Duration;
 
 use super::fixture::{Counter, Fixture, free_port};
 use super::proxy::Proxy;
-use super::server_process::{ServerProcess, ServerUser, append_log, on_fresh_ports};
+use super::server_process::{ServerProcess, append_log, on_fresh_ports};
+use super::server_user::ServerUser;
 use super::wait::answer;
 
 /// The user name of the cluster's superuser.

@@ -3,20 +3,18 @@
 //! another process took a probed one, killed on drop. Signals reach the server and every process it
 //! started (PostgreSQL's backends lead process groups of their own, so a group signal would miss
 //! them), and a kill waits until none of them is left (an orphan could hold a port or shared memory
-//! that a restart needs). When the tests run as root, [`ServerUser`] runs the servers that refuse
-//! root as another user.
+//! that a restart needs).
 
 use std::fs::File;
 use std::io::Write;
 use std::net::TcpStream;
-use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill};
-use nix::unistd::{Pid, User};
+use nix::unistd::Pid;
 
 use super::wait::{alive, wait_until};
 
@@ -175,37 +173,4 @@ pub fn append_log(path: &Path) -> File {
         .append(true)
         .open(path)
         .unwrap_or_else(|err| panic!("open {}: {err}", path.display()))
-}
-
-/// The user a server that refuses to run as root runs as, when the tests run as root: `postgres`,
-/// or `nobody`. When they do not, servers run as the tests do.
-pub struct ServerUser(Option<User>);
-
-impl ServerUser {
-    pub fn find() -> Self {
-        if !nix::unistd::geteuid().is_root() {
-            return ServerUser(None);
-        }
-        let user = ["postgres", "nobody"]
-            .into_iter()
-            .find_map(|name| User::from_name(name).ok().flatten())
-            .unwrap_or_else(|| panic!("running as root, but there is no postgres or nobody user"));
-        ServerUser(Some(user))
-    }
-
-    /// Gives `path` to the server's user (when it is not ourselves).
-    pub fn own(&self, path: &Path) {
-        if let Some(user) = &self.0 {
-            nix::unistd::chown(path, Some(user.uid), Some(user.gid))
-                .unwrap_or_else(|err| panic!("chown {}: {err}", path.display()));
-        }
-    }
-
-    /// Makes `cmd` run as the server's user (when it is not ourselves).
-    pub fn run<'a>(&self, cmd: &'a mut Command) -> &'a mut Command {
-        if let Some(user) = &self.0 {
-            cmd.uid(user.uid.as_raw()).gid(user.gid.as_raw());
-        }
-        cmd
-    }
 }
