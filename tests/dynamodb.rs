@@ -8,12 +8,24 @@
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::support::asserts::assert_one_line;
+use crate::support::backend_scenarios::run_six_first_uses_at_once;
 use crate::support::dynalite_server::{Dynalite, TABLE};
 use crate::support::fixture::Fixture;
 use crate::support::holder::Holder;
-use crate::support::lockrun::Proc;
+use crate::support::proxy::Proxy;
 use crate::support::scene::Scene;
-use crate::support::wait::{SOON, code, numbers_in, text, wait_until};
+use crate::support::wait::{SOON, code, numbers_in, text, value_in, wait_until};
+
+/// A server whose table a first run created, a scene on it, and a fault proxy in front of it with
+/// the URL through the proxy.
+fn warmed_up_behind_a_proxy() -> (Dynalite, Scene, Proxy, String) {
+    let server = Dynalite::start();
+    let s = Scene::new(server.url());
+    let out = s.run(["--name", "warm", "--", "true"]);
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    let (proxy, via) = server.proxied().expect("a proxy");
+    (server, s, proxy, via)
+}
 
 /// The lease the tests ask for, and the renewal interval lockrun derives from it.
 const TTL: Duration = Duration::from_secs(2);
@@ -68,11 +80,7 @@ fn a_paused_holder_is_taken_over_only_after_a_whole_unchanged_lease() {
     let mut waiting = waiting;
     let out = waiting.wait(SOON);
     assert_eq!(code(&out), 0, "{}", text(&out.stderr));
-    let ran: f64 = std::fs::read_to_string(s.path("b.ran"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let ran: f64 = value_in(&s.path("b.ran"));
     let frozen: f64 = frozen
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -106,18 +114,7 @@ fn the_table_is_created_on_first_use_unless_create_false() {
     let tables = server.call("ListTables", &serde_json::json!({}));
     assert_eq!(tables["TableNames"], serde_json::json!([]), "{tables}");
 
-    let s = Scene::new(server.url());
-    let mut runs: Vec<Proc> = (0..6)
-        .map(|i| {
-            let name = format!("first{}", i % 3);
-            s.spawn(["--name", &name, "--wait", "20s", "--", "true"])
-        })
-        .collect();
-    for run in &mut runs {
-        let out = run.wait(Duration::from_secs(20));
-        assert_eq!(code(&out), 0, "{}", text(&out.stderr));
-        assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
-    }
+    run_six_first_uses_at_once(&Scene::new(server.url()), &[]);
     let table =
         server.call("DescribeTable", &serde_json::json!({"TableName": TABLE}))["Table"].clone();
     assert_eq!(table["KeySchema"][0]["AttributeName"], "pk", "{table}");
@@ -173,11 +170,7 @@ fn tokens_keep_rising_across_a_server_restart() {
 /// renewal's deadline and the command runs on.
 #[test]
 fn throttled_requests_are_retried_within_the_deadline() {
-    let server = Dynalite::start();
-    let s = Scene::new(server.url());
-    let out = s.run(["--name", "warm", "--", "true"]);
-    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
-    let (proxy, via) = server.proxied().expect("a proxy");
+    let (_server, s, proxy, via) = warmed_up_behind_a_proxy();
 
     let throttled = proxy.answer_instead(b"UpdateItem", &throttling(), 3);
     let started = Instant::now();
@@ -230,11 +223,7 @@ fn throttled_requests_are_retried_within_the_deadline() {
 /// start, a name that stays throttled is a failing backend (exit 69) reported within seconds.
 #[test]
 fn endless_throttling_stops_the_holder_and_fails_a_start() {
-    let server = Dynalite::start();
-    let s = Scene::new(server.url());
-    let out = s.run(["--name", "warm", "--", "true"]);
-    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
-    let (proxy, via) = server.proxied().expect("a proxy");
+    let (_server, s, proxy, via) = warmed_up_behind_a_proxy();
     let mut holder = s.hold_via(&via, "held", "h", &["--ttl", "2s"]);
     proxy.answer_instead(b"UpdateItem", &throttling(), 10_000);
     let throttled = Instant::now();

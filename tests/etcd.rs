@@ -17,7 +17,6 @@ use crate::support::lockrun::{lockrun, output};
 use crate::support::proxy::Proxy;
 use crate::support::scene::Scene;
 use crate::support::timing::LeaseTiming;
-use crate::support::tools;
 use crate::support::wait::{SOON, code, numbers_in, text, wait_until};
 
 #[test]
@@ -111,10 +110,10 @@ fn cluster_without_quorum_stops_the_command_before_expiry() {
 
 #[test]
 fn tls_with_the_clusters_ca_works_and_without_it_fails_before_running() {
-    if !tools::openssl() {
+    let Some(certs) = Certificates::if_openssl() else {
         return;
-    }
-    let (certs, other) = (Certificates::make(), Certificates::make());
+    };
+    let other = Certificates::make();
     let cluster = EtcdCluster::single_tls(certs.dir(), false);
     let endpoint = cluster.endpoint(0);
     let with_ca = |certs: &Certificates| {
@@ -148,10 +147,9 @@ fn tls_with_the_clusters_ca_works_and_without_it_fails_before_running() {
 
 #[test]
 fn tls_with_a_client_certificate_when_the_cluster_asks_for_one() {
-    if !tools::openssl() {
+    let Some(certs) = Certificates::if_openssl() else {
         return;
-    }
-    let certs = Certificates::make();
+    };
     let cluster = EtcdCluster::single_tls(certs.dir(), true);
     let file = |name: &str| certs.file(name).display().to_string();
     let base = format!("etcd://{}?cacert={}", cluster.endpoint(0), file("ca.crt"));

@@ -104,71 +104,60 @@ fn redis_script(server: &RedisServer, script: &str) -> Vec<u8> {
     sha.into_bytes()
 }
 
-impl Wire for PgServer {
+/// A backend whose requests a drill knows by fixed text, and whose storage (PostgreSQL's schema,
+/// MySQL's tables and procedures, DynamoDB's table) the first run creates: the first request on a
+/// fresh server finds none, so a warm-up run creates it.
+trait FixedWire: Fixture {
+    /// Bytes of the request that takes the lock.
+    const ACQUIRE: &'static [u8];
+    /// Bytes of a renewal.
+    const RENEW: &'static [u8];
+    /// Bytes of the release.
+    const RELEASE: &'static [u8];
+}
+
+impl<T: FixedWire> Wire for T {
     fn warm_up(&self, s: &Scene) {
-        // Creates the schema: the first statement on a fresh server fails for want of it.
         let out = s.run(["--name", "warm-up", "--", "true"]);
         assert_eq!(code(&out), 0, "{}", text(&out.stderr));
     }
 
-    // Statements travel with their text (one round trip); only a waiter's repeated tries and
-    // looks are prepared, once an answer showed the connection reaches the server directly —
-    // after the first try, which is the one the drills lose.
     fn acquire_request(&self, _name: &str) -> Vec<u8> {
-        b"\"lockrun\".acquire_v2($1".to_vec()
+        T::ACQUIRE.to_vec()
     }
 
     fn renew_request(&self, _name: &str, _holder: &Holder) -> Vec<u8> {
-        b"UPDATE \"lockrun\".leases SET expires_at".to_vec()
+        T::RENEW.to_vec()
     }
 
     fn release_request(&self, _name: &str, _holder: &Holder) -> Vec<u8> {
-        b"\"lockrun\".release_v2($1".to_vec()
+        T::RELEASE.to_vec()
     }
 }
 
-impl Wire for MySqlServer {
-    fn warm_up(&self, s: &Scene) {
-        // Creates the tables and procedures: the first statement on a fresh server finds none.
-        let out = s.run(["--name", "warm-up", "--", "true"]);
-        assert_eq!(code(&out), 0, "{}", text(&out.stderr));
-    }
-
-    // Every statement travels as text (one round trip, no prepared statements). A run's first
-    // try on a free name is the fast path, a transaction of plain statements.
-    fn acquire_request(&self, _name: &str) -> Vec<u8> {
-        b"SET @lockrun_free = NOT EXISTS".to_vec()
-    }
-
-    fn renew_request(&self, _name: &str, _holder: &Holder) -> Vec<u8> {
-        b"UPDATE `lockrun_leases` SET expires_at".to_vec()
-    }
-
-    fn release_request(&self, _name: &str, _holder: &Holder) -> Vec<u8> {
-        b"CALL `lockrun_release_v1`(".to_vec()
-    }
+/// Statements travel with their text (one round trip); only a waiter's repeated tries and looks
+/// are prepared, once an answer showed the connection reaches the server directly — after the
+/// first try, which is the one the drills lose.
+impl FixedWire for PgServer {
+    const ACQUIRE: &'static [u8] = b"\"lockrun\".acquire_v2($1";
+    const RENEW: &'static [u8] = b"UPDATE \"lockrun\".leases SET expires_at";
+    const RELEASE: &'static [u8] = b"\"lockrun\".release_v2($1";
 }
 
-impl Wire for Dynalite {
-    fn warm_up(&self, s: &Scene) {
-        // Creates the table: a first request on a fresh server finds none.
-        let out = s.run(["--name", "warm-up", "--", "true"]);
-        assert_eq!(code(&out), 0, "{}", text(&out.stderr));
-    }
+/// Every statement travels as text (one round trip, no prepared statements). A run's first try on
+/// a free name is the fast path, a transaction of plain statements.
+impl FixedWire for MySqlServer {
+    const ACQUIRE: &'static [u8] = b"SET @lockrun_free = NOT EXISTS";
+    const RENEW: &'static [u8] = b"UPDATE `lockrun_leases` SET expires_at";
+    const RELEASE: &'static [u8] = b"CALL `lockrun_release_v1`(";
+}
 
-    // Every request is one UpdateItem whose expression says what it is (`src/backend/dynamodb`).
-    /// The claim of slot 0 names its token attribute; nothing is sent before it.
-    fn acquire_request(&self, _name: &str) -> Vec<u8> {
-        b"\"t_x0\"".to_vec()
-    }
-
-    fn renew_request(&self, _name: &str, _holder: &Holder) -> Vec<u8> {
-        b"SET #a0.#a1 = :v0, #a0.#a2 = :v1".to_vec()
-    }
-
-    fn release_request(&self, _name: &str, _holder: &Holder) -> Vec<u8> {
-        b"SET #a2 = #a2 - :v1 REMOVE #a0, #a1".to_vec()
-    }
+/// Every request is one UpdateItem whose expression says what it is (`src/backend/dynamodb`); the
+/// claim of slot 0 names its token attribute, and nothing is sent before it.
+impl FixedWire for Dynalite {
+    const ACQUIRE: &'static [u8] = b"\"t_x0\"";
+    const RENEW: &'static [u8] = b"SET #a0.#a1 = :v0, #a0.#a2 = :v1";
+    const RELEASE: &'static [u8] = b"SET #a2 = #a2 - :v1 REMOVE #a0, #a1";
 }
 
 impl Wire for Etcd<1> {

@@ -9,6 +9,10 @@
 use std::time::{Duration, Instant};
 
 use crate::support::asserts::assert_said;
+use crate::support::backend_scenarios::{
+    assert_a_brief_restart_is_ridden_through, assert_readers_share_and_a_waiting_writer_goes_first,
+    run_six_first_uses_at_once,
+};
 use crate::support::certs::Certificates;
 use crate::support::fixture::Fixture;
 use crate::support::lockrun::{Proc, output};
@@ -32,27 +36,8 @@ fn sessions(server: &MySqlServer) -> usize {
 fn concurrent_first_use_creates_the_tables_once_without_errors() {
     let server = MySqlServer::start();
     let s = Scene::new(server.url());
-    let mut runs: Vec<Proc> = (0..6)
-        .map(|i| {
-            let name = format!("first{}", i % 3);
-            // No progress lines: creating the tables may take a second on a loaded machine.
-            s.spawn([
-                "--name",
-                &name,
-                "--wait",
-                "20s",
-                "--progress",
-                "0",
-                "--",
-                "true",
-            ])
-        })
-        .collect();
-    for run in &mut runs {
-        let out = run.wait(Duration::from_secs(20));
-        assert_eq!(code(&out), 0, "{}", text(&out.stderr));
-        assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
-    }
+    // No progress lines: creating the tables may take a second on a loaded machine.
+    run_six_first_uses_at_once(&s, &["--progress", "0"]);
     let objects = server.sql(&format!(
         "SELECT (SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = '{DATABASE}'), \
          (SELECT COUNT(*) FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = '{DATABASE}')"
@@ -86,10 +71,9 @@ fn the_table_prefix_can_be_chosen_and_is_validated() {
 
 #[test]
 fn tls_follows_the_ssl_modes_of_the_mysql_client() {
-    if !tools::openssl() {
+    let Some(certs) = Certificates::if_openssl() else {
         return;
-    }
-    let certs = Certificates::make();
+    };
     let server = MySqlServer::with_tls(certs.dir());
     // A user that may only log in over TLS proves that the connection is encrypted.
     server.sql("CREATE USER 'tls'@'%' REQUIRE SSL; GRANT ALL ON *.* TO 'tls'@'%'");
@@ -137,23 +121,16 @@ fn tls_follows_the_ssl_modes_of_the_mysql_client() {
 #[test]
 fn a_brief_restart_is_ridden_through() {
     let mut server = MySqlServer::start();
-    let s = Scene::new(server.url());
-    // Renewals every 500 ms with a 4 s lease: a restart of about a second is well inside it.
-    let mut holder = s.hold("ride", "h", &["--ttl", "4s", "--renew", "500ms"]);
-    server.restart(false);
-    let back = server.sql("SELECT UTC_TIMESTAMP(6)");
-    // A renewal reached the restarted server: the lease now ends more than 3.5 s after it was back.
-    let renewed = wait_until(SOON, || {
-        server.sql(&format!(
-            "SELECT COUNT(*) FROM {DATABASE}.lockrun_leases WHERE name = 'ride' \
-             AND expires_at > '{back}' + INTERVAL 3500000 MICROSECOND"
-        )) == "1"
+    assert_a_brief_restart_is_ridden_through(&mut server, |server| {
+        let back = server.sql("SELECT UTC_TIMESTAMP(6)");
+        // The lease now ends more than 3.5 s after the server was back.
+        Box::new(move || {
+            server.sql(&format!(
+                "SELECT COUNT(*) FROM {DATABASE}.lockrun_leases WHERE name = 'ride' \
+                 AND expires_at > '{back}' + INTERVAL 3500000 MICROSECOND"
+            )) == "1"
+        })
     });
-    assert!(renewed, "no renewal after the restart");
-    assert!(holder.command_alive(), "the command was stopped");
-    let out = holder.finish();
-    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
-    assert_eq!(s.status("ride")["holders"], serde_json::json!([]));
 }
 
 /// Guards against a holder whose connection is cut by the server (an idle-connection reaper, a
@@ -282,56 +259,9 @@ fn a_waiter_uses_one_connection() {
 #[test]
 fn readers_share_and_a_waiting_writer_goes_first() {
     let server = MySqlServer::start();
-    let s = Scene::new(server.url());
-    let mut readers: Vec<_> = (0..3)
-        .map(|i| s.hold("rw", &format!("r{i}"), &["--shared", "--ttl", "5s"]))
-        .collect();
-    let status = s.wait_held("rw", 3);
-    assert!(
-        status["holders"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|h| h["mode"] == "shared" && h["slot"] == 0),
-        "{status}"
-    );
-    let mut writer = s.waiter(
-        "rw",
-        &["--ttl", "5s"],
-        "echo $FENCING_TOKEN w >> order; sleep 0.2",
-    );
-    s.wait_waiters("rw", 1);
-    let mut late = s.waiter(
-        "rw",
-        &["--shared", "--ttl", "5s"],
-        "echo $FENCING_TOKEN r >> order",
-    );
-    let status = s.wait_waiters("rw", 2);
-    assert_eq!(status["queue"][0]["mode"], "exclusive", "{status}");
-    assert_eq!(status["queue"][1]["mode"], "shared", "{status}");
-    for reader in &mut readers {
-        assert_eq!(code(&reader.finish()), 0);
-    }
-    assert_eq!(code(&writer.wait(SOON)), 0);
-    assert_eq!(code(&late.wait(SOON)), 0);
-    let order = std::fs::read_to_string(s.path("order")).unwrap();
-    let runs: Vec<(u64, &str)> = order
-        .lines()
-        .map(|l| {
-            let (token, who) = l.split_once(' ').unwrap();
-            (token.parse().unwrap(), who)
-        })
-        .collect();
-    assert_eq!(
-        runs.iter().map(|r| r.1).collect::<Vec<_>>(),
-        ["w", "r"],
-        "{order}"
-    );
-    assert!(runs[0].0 < runs[1].0, "{order}");
-    assert!(
-        readers.iter().all(|r| r.token() < runs[0].0),
-        "the writer's token is not above the readers'"
-    );
+    let held = assert_readers_share_and_a_waiting_writer_goes_first(&server.url(), "5s");
+    let holders = held["holders"].as_array().unwrap();
+    assert!(holders.iter().all(|h| h["slot"] == 0), "{held}");
 }
 
 /// Guards against an older `--supersede` waiter that keeps waiting, or learns of a newer one

@@ -8,6 +8,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use crate::support::asserts::{assert_hidden, assert_one_line};
+use crate::support::backend_scenarios::assert_a_turned_away_waiter_gets_in;
 use crate::support::fixture::Fixture;
 use crate::support::lockrun::{Proc, lockrun, output};
 use crate::support::pgbouncer::{Options, Pooled};
@@ -21,18 +22,13 @@ fn pgbouncer_turning_clients_away_is_waited_out_too() {
         ..Options::default()
     });
     let s = Scene::new(pooled.url());
-    let mut holder = s.hold("full", "h", &[]);
+    let holder = s.hold("full", "h", &[]);
     let out = s.run(["--name", "full", "--no-wait", "--", "touch", "ran"]);
     assert_one_line(&out, 69, "no more connections allowed");
-    let mut waiter = s.spawn([
+    let waiter = s.spawn([
         "-v", "--name", "full", "--wait", "30s", "--", "touch", "ran",
     ]);
-    let retried = wait_until(SOON, || waiter.stderr_so_far().contains("trying again in"));
-    assert!(retried, "never turned away: {}", waiter.stderr_so_far());
-    assert_eq!(code(&holder.finish()), 0);
-    let out = waiter.wait(SOON);
-    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
-    assert!(s.path("ran").exists());
+    assert_a_turned_away_waiter_gets_in(&s, holder, waiter);
 }
 
 #[test]

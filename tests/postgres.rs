@@ -9,7 +9,10 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 
 use crate::support::asserts::{assert_hidden, assert_one_line, assert_said};
-use crate::support::fixture::Fixture;
+use crate::support::backend_scenarios::{
+    assert_a_brief_restart_is_ridden_through, assert_a_turned_away_waiter_gets_in,
+    run_six_first_uses_at_once,
+};
 use crate::support::holder::Holder;
 use crate::support::lockrun::{Proc, output};
 use crate::support::postgres_server::PgServer;
@@ -20,18 +23,7 @@ use crate::support::wait::{SOON, alive, code, number_in, text, wait_for_file, wa
 #[test]
 fn concurrent_first_use_creates_the_schema_once_without_errors() {
     let server = PgServer::start();
-    let s = Scene::new(server.url());
-    let mut runs: Vec<Proc> = (0..6)
-        .map(|i| {
-            let name = format!("first{}", i % 3);
-            s.spawn(["--name", &name, "--wait", "20s", "--", "true"])
-        })
-        .collect();
-    for run in &mut runs {
-        let out = run.wait(Duration::from_secs(20));
-        assert_eq!(code(&out), 0, "{}", text(&out.stderr));
-        assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
-    }
+    run_six_first_uses_at_once(&Scene::new(server.url()), &[]);
     assert_eq!(
         server.sql("SELECT count(*) FROM pg_namespace WHERE nspname = 'lockrun'"),
         "1"
@@ -81,22 +73,15 @@ fn tls_is_used_and_verified_when_the_url_asks_for_it() {
 #[test]
 fn a_brief_restart_is_ridden_through() {
     let mut server = PgServer::start();
-    let s = Scene::new(server.url());
-    // Renewals every 500 ms with a 4 s lease: a restart of about a second is well inside it.
-    let mut holder = s.hold("ride", "h", &["--ttl", "4s", "--renew", "500ms"]);
-    server.restart(false);
-    // A renewal reached the restarted server: the lease now ends more than a TTL after it started.
-    let renewed = wait_until(SOON, || {
-        server.sql(
-            "SELECT count(*) FROM lockrun.leases WHERE name = 'ride' \
-             AND expires_at - interval '4 s' > pg_postmaster_start_time()",
-        ) == "1"
+    assert_a_brief_restart_is_ridden_through(&mut server, |server| {
+        // The lease now ends more than a TTL after the server started.
+        Box::new(|| {
+            server.sql(
+                "SELECT count(*) FROM lockrun.leases WHERE name = 'ride' \
+                 AND expires_at - interval '4 s' > pg_postmaster_start_time()",
+            ) == "1"
+        })
     });
-    assert!(renewed, "no renewal after the restart");
-    assert!(holder.command_alive(), "the command was stopped");
-    let out = holder.finish();
-    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
-    assert_eq!(s.status("ride")["holders"], serde_json::json!([]));
 }
 
 #[test]
@@ -280,7 +265,7 @@ fn a_full_server_is_waited_out_within_the_wait_and_fails_69_after_it() {
         cmd.args(args).args(["--", "touch", "ran"]);
         cmd
     };
-    let mut holder = s.hold_via(&url, "full", "h", &[]);
+    let holder = s.hold_via(&url, "full", "h", &[]);
     let out = output(&mut run(&["--no-wait"]));
     let line = assert_one_line(&out, 69, "too many connections");
     assert_hidden(&line, &["pw-4321"]);
@@ -292,13 +277,8 @@ fn a_full_server_is_waited_out_within_the_wait_and_fails_69_after_it() {
     assert_said(&out, "trying again in");
     assert!(!s.path("ran").exists());
 
-    let mut waiter = Proc::spawn(&mut run(&["-v", "--wait", "30s"]));
-    let retried = wait_until(SOON, || waiter.stderr_so_far().contains("trying again in"));
-    assert!(retried, "never turned away: {}", waiter.stderr_so_far());
-    assert_eq!(code(&holder.finish()), 0);
-    let out = waiter.wait(SOON);
-    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
-    assert!(s.path("ran").exists());
+    let waiter = Proc::spawn(&mut run(&["-v", "--wait", "30s"]));
+    assert_a_turned_away_waiter_gets_in(&s, holder, waiter);
 }
 
 #[test]

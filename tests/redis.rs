@@ -5,15 +5,13 @@ use crate::support::asserts::assert_said;
 use crate::support::certs::Certificates;
 use crate::support::lockrun::{lockrun, output};
 use crate::support::redis_server::RedisServer;
-use crate::support::tools;
 use crate::support::wait::{code, text};
 
 #[test]
 fn rediss_connects_with_a_trusted_certificate_and_refuses_an_unknown_one() {
-    if !tools::openssl() {
+    let Some(certs) = Certificates::if_openssl() else {
         return;
-    }
-    let certs = Certificates::make();
+    };
     let server = RedisServer::with_tls(certs.dir());
     let url = format!("rediss://localhost:{}", server.port());
     let trusted = output(

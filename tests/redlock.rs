@@ -14,13 +14,13 @@
 
 use std::time::{Duration, Instant};
 
+use crate::support::asserts::assert_stopped_by_stop_point;
 use crate::support::fixture::Fixture;
 use crate::support::proxy::{Direction, Proxy};
 use crate::support::redlock_servers::RedlockServers;
 use crate::support::scene::Scene;
-use crate::support::timing::LeaseTiming;
 use crate::support::tools;
-use crate::support::wait::{alive, code, numbers_in, text, wait_before, wait_until};
+use crate::support::wait::{code, numbers_in, text, wait_before, wait_until};
 
 /// The lease every test here asks for.
 const TTL: &str = "2s";
@@ -132,33 +132,17 @@ fn majority_lost<const N: usize>(fault: Fault) {
     for i in 0..lost {
         break_master(&mut fx, &proxies, i, fault);
     }
-    let timing = LeaseTiming::defaults(holder.ttl());
-    let pid = holder.child_pid();
-    let dead = wait_until(timing.ttl * 2, || !alive(pid));
-    let seen_dead = Instant::now();
-    assert!(
-        dead,
-        "the command was never stopped; lockrun said:\n{}",
-        holder.process.stderr_so_far()
-    );
     // A quorum needs `quorum - left` of the lost masters: the latest moment that many of them
     // still confirmed.
-    let mut confirmed: Vec<Instant> = proxies[..lost]
-        .iter()
-        .map(|p| p.confirmed().expect("every master answered the holder"))
-        .collect();
-    confirmed.sort();
-    let needed = N / 2 + 1 - left;
-    let confirmed = confirmed[lost - needed];
-    let bound = timing.seen_dead_by(confirmed);
-    assert!(
-        seen_dead <= bound,
-        "the command ran {:?} past its stop point ({timing:?}); lockrun said:\n{}",
-        seen_dead - bound,
-        holder.process.stderr_so_far()
-    );
-    let out = holder.exit();
-    assert_eq!(code(&out), 76, "{}", text(&out.stderr));
+    assert_stopped_by_stop_point(&mut holder, |_| {
+        let mut confirmed: Vec<Instant> = proxies[..lost]
+            .iter()
+            .map(|p| p.confirmed().expect("every master answered the holder"))
+            .collect();
+        confirmed.sort();
+        let needed = N / 2 + 1 - left;
+        confirmed[lost - needed]
+    });
 }
 
 #[test]

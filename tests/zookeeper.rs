@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use crate::support::asserts::{
     assert_rode_through, assert_said, assert_stopped_after_its_last_renewal,
 };
+use crate::support::backend_scenarios::assert_readers_share_and_a_waiting_writer_goes_first;
 use crate::support::fixture::Fixture;
-use crate::support::holder::Holder;
 use crate::support::lockrun::{Proc, output};
 use crate::support::scene::Scene;
 use crate::support::timing::LeaseTiming;
@@ -229,53 +229,7 @@ fn waiters_watch_only_their_predecessor_and_a_release_wakes_one() {
 #[test]
 fn readers_share_and_a_waiting_writer_is_not_starved() {
     let zk = ZooKeeper::<1>::start();
-    let s = Scene::new(zk.url());
-    let mut readers: Vec<Holder> = (0..3)
-        .map(|i| s.hold("rw", &format!("r{i}"), &["--shared", "--ttl", "3s"]))
-        .collect();
-    let status = s.wait_held("rw", 3);
-    assert!(
-        status["holders"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|h| h["mode"] == "shared")
-    );
-    let mut writer = s.waiter(
-        "rw",
-        &["--ttl", "3s"],
-        "echo $FENCING_TOKEN > w.token; sleep 0.3; touch w.done",
-    );
-    s.wait_waiters("rw", 1);
-    let mut late = s.waiter(
-        "rw",
-        &["--shared", "--ttl", "3s"],
-        "echo $FENCING_TOKEN > late.token; test -e w.done && touch late.after-writer",
-    );
-    let queued = s.wait_waiters("rw", 2);
-    assert_eq!(queued["queue"][1]["mode"], "shared", "{queued}");
-    let reader_tokens: Vec<u64> = readers.iter().map(Holder::token).collect();
-    let last = readers.pop().unwrap();
-    for reader in &mut readers {
-        assert_eq!(code(&reader.finish()), 0);
-    }
-    let early = wait_until(Duration::from_millis(300), || s.path("w.token").exists());
-    assert!(!early, "the writer ran beside a reader");
-    assert_eq!(code(&{ last }.finish()), 0);
-    assert_eq!(code(&writer.wait(SOON)), 0);
-    assert_eq!(code(&late.wait(SOON)), 0);
-    assert!(
-        s.path("late.after-writer").exists(),
-        "the late reader ran before the writer"
-    );
-    let (w, l) = (
-        number_in(&s.path("w.token")),
-        number_in(&s.path("late.token")),
-    );
-    assert!(
-        reader_tokens.iter().all(|&r| r < w) && w < l,
-        "{reader_tokens:?} {w} {l}"
-    );
+    assert_readers_share_and_a_waiting_writer_goes_first(&zk.url(), "3s");
 }
 
 /// Guards against --supersede leaving older deploys in line: each newer --supersede waiter makes

@@ -16,7 +16,7 @@ use crate::support::holder::Holder;
 use crate::support::proxy::Proxy;
 use crate::support::scene::Scene;
 use crate::support::timing::LeaseTiming;
-use crate::support::wait::{SOON, alive, code, text, wait_before, wait_until};
+use crate::support::wait::{SOON, alive, code, number_in, text, wait_before, wait_until};
 
 /// How long after its lease could have ended a waiter may take to notice (its re-check, starting
 /// a process on a loaded machine).
@@ -256,11 +256,7 @@ pub fn forced_release_stops_every_holder_at_once<F: Fixture>() {
     }
     let out = waiter.wait(SOON);
     assert_eq!(code(&out), 0, "{}", text(&out.stderr));
-    let next: u64 = std::fs::read_to_string(s.path("w.token"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let next = number_in(&s.path("w.token"));
     assert!(
         holders.iter().all(|h| next > h.token()),
         "the token fell back"

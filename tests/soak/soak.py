@@ -215,6 +215,17 @@ class FencedStore:
 # ------------------------------------------------------------------------------------------------
 
 
+def answer(port: int, request: bytes) -> bytes:
+    """What a server on loopback `port` first answers to `request`: empty if nothing accepts the
+    connection or answers within a second."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+            s.sendall(request)
+            return s.recv(4096)
+    except OSError:
+        return b""
+
+
 class Backend:
     kind = "?"
     networked = True
@@ -246,6 +257,12 @@ class Backend:
             os.killpg(self.proc.pid, sig)
         except ProcessLookupError:
             pass
+
+    def launch(self, argv: list[str], ready, what: str, **popen) -> None:
+        """Starts the server in a session of its own (so that pause and kill reach every process
+        of it) and waits until `ready()`."""
+        self.proc = subprocess.Popen(argv, start_new_session=True, **popen)
+        self.wait_ready(ready, what)
 
     def wait_ready(self, ready, what: str, timeout: float = 30) -> None:
         deadline = time.monotonic() + timeout
@@ -282,23 +299,18 @@ class RedisBackend(Backend):
         return f"redis://127.0.0.1:{self.port}"
 
     def ping(self) -> bool:
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
-                s.sendall(b"*1\r\n$4\r\nPING\r\n")
-                return s.recv(16).startswith(b"+PONG")
-        except OSError:
-            return False
+        return answer(self.port, b"*1\r\n$4\r\nPING\r\n").startswith(b"+PONG")
 
     def start(self) -> None:
-        self.proc = subprocess.Popen(
+        self.launch(
             # Persistent, as a Redis that holds locks should be: an empty restart drops every
             # lease, and another run may then start before the old holder's next renewal notices
             # (fencing still rejects its writes, but the soak checks exclusion too). Empty
             # restarts are drilled by tests/redis.rs.
             ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
              "--appendonly", "yes", "--appendfsync", "always", "--dir", str(self.tmp)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        self.wait_ready(self.ping, f"redis-server on port {self.port}")
+            self.ping, f"redis-server on port {self.port}",
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 class RedlockBackend(Backend):
@@ -344,24 +356,18 @@ class EtcdBackend(Backend):
         return f"etcd://127.0.0.1:{self.client}"
 
     def healthy(self) -> bool:
-        try:
-            with socket.create_connection(("127.0.0.1", self.client), timeout=1) as s:
-                s.sendall(b"GET /health HTTP/1.0\r\n\r\n")
-                return b'"health":"true"' in s.recv(4096)
-        except OSError:
-            return False
+        return b'"health":"true"' in answer(self.client, b"GET /health HTTP/1.0\r\n\r\n")
 
     def start(self) -> None:
         client = f"http://127.0.0.1:{self.client}"
         peer = f"http://127.0.0.1:{self.peer}"
-        self.proc = subprocess.Popen(
+        self.launch(
             ["etcd", "--name", "soak", "--data-dir", str(self.tmp / "etcd"),
              "--listen-client-urls", client, "--advertise-client-urls", client,
              "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
              "--initial-cluster", f"soak={peer}"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.log,
-            start_new_session=True)
-        self.wait_ready(self.healthy, f"etcd on port {self.client} (see {self.tmp}/etcd.log)")
+            self.healthy, f"etcd on port {self.client} (see {self.tmp}/etcd.log)",
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.log)
 
 
 class PostgresBackend(Backend):
@@ -407,16 +413,15 @@ class PostgresBackend(Backend):
 
     def start(self) -> None:
         (self.dir / "data" / "postmaster.pid").unlink(missing_ok=True)
-        self.proc = subprocess.Popen(
+        self.launch(
             [str(self.bin / "postgres"), "-D", str(self.dir / "data"), "-p", str(self.port),
              "-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={self.dir}",
              "-c", "fsync=off", "-c", "max_connections=200",
              # Shared memory in the data directory: a restarted (SIGKILLed) server must not
              # leave segments in /dev/shm.
              "-c", "dynamic_shared_memory_type=mmap"],
-            user=self.user, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True)
-        self.wait_ready(self.ready, f"postgres on port {self.port}")
+            self.ready, f"postgres on port {self.port}",
+            user=self.user, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 class MySqlBackend(Backend):
@@ -464,19 +469,14 @@ class ZkBackend(Backend):
         return f"zk://127.0.0.1:{self.port}"
 
     def serving(self) -> bool:
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
-                s.sendall(b"srvr")
-                return b"Mode: " in s.recv(4096)
-        except OSError:
-            return False
+        return b"Mode: " in answer(self.port, b"srvr")
 
     def start(self) -> None:
-        self.proc = subprocess.Popen(
+        self.launch(
             ["java", "-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", self.JAR,
              "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(self.tmp / "zoo.cfg")],
-            stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log, start_new_session=True)
-        self.wait_ready(self.serving, f"zookeeper on port {self.port} (see {self.tmp}/zookeeper.log)")
+            self.serving, f"zookeeper on port {self.port} (see {self.tmp}/zookeeper.log)",
+            stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log)
 
 
 class DynamodbBackend(Backend):

@@ -38,7 +38,10 @@ pub fn assert_stopped_after_its_last_renewal(holder: &mut Holder) {
 
 /// The command must be dead by the stop point of a lease last confirmed by a request sent no
 /// later than `confirmed` (asked once the command died), and lockrun must exit 76.
-fn assert_stopped_by_stop_point(holder: &mut Holder, confirmed: impl FnOnce(&Holder) -> Instant) {
+pub fn assert_stopped_by_stop_point(
+    holder: &mut Holder,
+    confirmed: impl FnOnce(&Holder) -> Instant,
+) {
     let timing = LeaseTiming::defaults(holder.ttl());
     let pid = holder.child_pid();
     let dead = wait_until(timing.ttl * 2, || !alive(pid));

@@ -1,6 +1,7 @@
 //! Throw-away TLS certificates made with `openssl`: a private authority (`ca.crt`) and a server
 //! certificate for `localhost` and `127.0.0.1` signed by it (`server.crt`, `server.key`, the key
-//! mode 0600). Callers check [`super::tools::openssl`] first; a failure here fails the test.
+//! mode 0600). Callers check [`super::tools::openssl`] first (or ask [`Certificates::if_openssl`]);
+//! a failure here fails the test.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -12,6 +13,12 @@ pub struct Certificates {
 }
 
 impl Certificates {
+    /// A fresh set when the machine has a working `openssl` (see [`super::tools::openssl`]:
+    /// `None` only where tests may skip).
+    pub fn if_openssl() -> Option<Self> {
+        super::tools::openssl().then(Self::make)
+    }
+
     pub fn make() -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         make_in(dir.path());

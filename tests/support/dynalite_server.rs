@@ -12,53 +12,44 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
-
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
 
 use super::fixture::{Counter, Fixture, free_port};
 use super::proxy::Proxy;
-use super::wait::wait_until;
+use super::server_process::{ServerProcess, append_log, on_fresh_ports};
 
 /// The table every test's URL names.
 pub const TABLE: &str = "locks";
 
 /// A running `dynalite` owned by one test.
 pub struct Dynalite {
+    /// Declared first: killed (on drop) before its directory is removed.
+    process: Option<ServerProcess>,
     port: u16,
     dir: tempfile::TempDir,
-    child: Option<Child>,
 }
 
 impl Dynalite {
     /// Starts a server with an empty store.
     pub fn start() -> Self {
-        // Another process may take the port between probing and binding: try a few.
-        for _ in 0..5 {
+        on_fresh_ports(|_| {
             let mut server = Dynalite {
                 port: free_port(),
                 dir: tempfile::tempdir().expect("temp dir"),
-                child: None,
+                process: None,
             };
-            if server.launch() {
-                return server;
-            }
-        }
-        panic!("dynalite did not start");
+            server.launch().then_some(server)
+        })
+        .expect("dynalite did not start")
     }
 
     /// Spawns the server on `self.port` and waits until it accepts connections; false if it
     /// exited.
     fn launch(&mut self) -> bool {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.path().join("dynalite.log"))
-            .expect("open dynalite.log");
-        let mut child = Command::new(binary())
-            .args(["--host", "127.0.0.1", "--port", &self.port.to_string()])
+        let log = append_log(&self.dir.path().join("dynalite.log"));
+        let mut cmd = Command::new(binary());
+        cmd.args(["--host", "127.0.0.1", "--port", &self.port.to_string()])
             .arg("--path")
             .arg(self.dir.path().join("data"))
             // Tables are usable sooner than DynamoDB's seconds, but not at once: lockrun must
@@ -66,30 +57,18 @@ impl Dynalite {
             .args(["--createTableMs", "100"])
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log fd"))
-            .stderr(log)
-            .spawn()
-            .expect("spawn dynalite");
+            .stderr(log);
         let port = self.port;
-        let ready = wait_until(Duration::from_secs(20), || {
-            child.try_wait().ok().flatten().is_some()
-                || TcpStream::connect(("127.0.0.1", port)).is_ok()
-        });
-        if !ready || child.try_wait().ok().flatten().is_some() {
-            let _ = child.kill();
-            let _ = child.wait();
-            return false;
-        }
-        self.child = Some(child);
-        true
+        self.process =
+            ServerProcess::spawn_ready(&mut cmd, "dynalite", Duration::from_secs(20), || {
+                TcpStream::connect(("127.0.0.1", port)).is_ok()
+            });
+        self.process.is_some()
     }
 
     /// The URL for a client connecting on `port` (the server's own, or a proxy's).
     pub fn url_on(&self, port: u16) -> String {
         format!("dynamodb://{TABLE}?endpoint=http://127.0.0.1:{port}")
-    }
-
-    fn pid(&self) -> Pid {
-        Pid::from_raw(self.child.as_ref().expect("server running").id() as i32)
     }
 
     /// One DynamoDB call (`target` such as `GetItem`, `body` its JSON), signed with dummy
@@ -191,20 +170,8 @@ impl Fixture for Dynalite {
         Some(Proxy::in_front_of(self.port, |port| self.url_on(port)))
     }
 
-    fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGCONT);
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    fn pause(&self) {
-        kill(self.pid(), Signal::SIGSTOP).expect("SIGSTOP dynalite");
-    }
-
-    fn resume(&self) {
-        kill(self.pid(), Signal::SIGCONT).expect("SIGCONT dynalite");
+    fn servers(&self) -> Vec<&ServerProcess> {
+        self.process.iter().collect()
     }
 
     fn restart(&mut self, _wipe: bool) {
@@ -222,11 +189,5 @@ impl Fixture for Dynalite {
             .as_str()
             .unwrap_or_else(|| panic!("no token in the lock item of {name}: {item}"));
         Counter::Exact(token.parse().expect("the stored token is an integer"))
-    }
-}
-
-impl Drop for Dynalite {
-    fn drop(&mut self) {
-        self.kill();
     }
 }

@@ -1,20 +1,19 @@
 //! Private etcd members per test (Debian's `etcd`, never one that happens to run on the machine):
 //! one member or a three-member cluster on free loopback ports (client and peer), data in a
 //! temporary directory, ready when `etcdctl endpoint health` passes on every member (polled, never a
-//! fixed sleep), killed on drop. A member can be killed, restarted on its ports with its data, and
-//! paused with SIGSTOP. As a [`Fixture`], [`Etcd<1>`] is one member at etcd's default timing and
-//! [`Etcd<3>`] a three-member cluster with fast elections; a fault hits every member.
+//! fixed sleep), killed on drop. A member can be killed and restarted on its ports with its data.
+//! As a [`Fixture`], [`Etcd<1>`] is one member at etcd's default timing and [`Etcd<3>`] a
+//! three-member cluster with fast elections; a fault (a kill, a pause with SIGSTOP) hits every
+//! member.
 
-use std::ops::{Deref, DerefMut};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
-
+use super::cluster::{Cluster, MemberProcesses};
 use super::fixture::{Counter, Fixture, free_port};
 use super::proxy::Proxy;
+use super::server_process::{ServerProcess, append_log, on_fresh_ports};
 use super::wait::{text, wait_until};
 
 /// How long a member (or the whole cluster) may take to become healthy.
@@ -32,13 +31,14 @@ struct Member {
     name: String,
     client_port: u16,
     peer_port: u16,
-    child: Option<Child>,
 }
 
 /// A running etcd cluster owned by one test.
 pub struct EtcdCluster {
-    dir: tempfile::TempDir,
+    /// Declared first: killed (on drop) before their directory is removed.
+    processes: MemberProcesses,
     members: Vec<Member>,
+    dir: tempfile::TempDir,
     pace: Pace,
     token: String,
     /// With TLS: the directory holding `ca.crt`, `server.crt` and `server.key`.
@@ -63,16 +63,15 @@ impl EtcdCluster {
     }
 
     fn start_with(size: usize, pace: Pace, tls: Option<(PathBuf, bool)>) -> Self {
-        // Another process may take a probed port before etcd binds it: try a few times.
-        for attempt in 0..5 {
+        on_fresh_ports(|attempt| {
             let mut cluster = EtcdCluster {
+                processes: MemberProcesses::new(size),
                 dir: tempfile::tempdir().expect("temp dir"),
                 members: (0..size)
                     .map(|i| Member {
                         name: format!("m{i}"),
                         client_port: free_port(),
                         peer_port: free_port(),
-                        child: None,
                     })
                     .collect(),
                 pace,
@@ -85,17 +84,11 @@ impl EtcdCluster {
                 cluster.launch(i);
             }
             let healthy = wait_until(READY, || {
-                cluster.members.iter_mut().all(|m| {
-                    m.child
-                        .as_mut()
-                        .is_some_and(|c| c.try_wait().ok().flatten().is_none())
-                }) && (0..size).all(|i| cluster.healthy(i))
+                cluster.processes.all_running() && (0..size).all(|i| cluster.healthy(i))
             });
-            if healthy {
-                return cluster;
-            }
-        }
-        panic!("etcd did not start (is the etcd-server package installed?)");
+            healthy.then_some(cluster)
+        })
+        .expect("etcd did not start (is the etcd-server package installed?)")
     }
 
     /// Spawns member `i` on its ports, with its data directory.
@@ -110,11 +103,7 @@ impl EtcdCluster {
         let client = format!("{scheme}://127.0.0.1:{}", member.client_port);
         let peer = format!("http://127.0.0.1:{}", member.peer_port);
         let data = self.dir.path().join(&member.name);
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.path().join(format!("{}.log", member.name)))
-            .expect("etcd log file");
+        let log = append_log(&self.dir.path().join(format!("{}.log", member.name)));
         let mut cmd = Command::new("etcd");
         cmd.arg("--name")
             .arg(&member.name)
@@ -144,8 +133,8 @@ impl EtcdCluster {
         if self.pace == Pace::Fast {
             cmd.args(["--heartbeat-interval", "50", "--election-timeout", "500"]);
         }
-        let child = cmd.spawn().expect("spawn etcd");
-        self.members[i].child = Some(child);
+        self.processes
+            .set(i, ServerProcess::spawn(&mut cmd, "etcd"));
     }
 
     /// Whether member `i` answers a health check (which needs the quorum).
@@ -209,11 +198,7 @@ impl EtcdCluster {
 
     /// Kills member `i` (SIGKILL: no goodbye to its peers or clients).
     pub fn kill_member(&mut self, i: usize) {
-        if let Some(mut child) = self.members[i].child.take() {
-            let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGCONT);
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.processes.kill(i);
     }
 
     /// Starts member `i` again on its ports, with its data; waits until it answers a health check
@@ -226,19 +211,6 @@ impl EtcdCluster {
                 wait_until(READY, || self.healthy(i)),
                 "etcd member {i} did not come back"
             );
-        }
-    }
-
-    /// Freezes member `i` (SIGSTOP): it keeps its connections but answers nothing.
-    pub fn pause_member(&self, i: usize) {
-        if let Some(child) = &self.members[i].child {
-            kill(Pid::from_raw(child.id() as i32), Signal::SIGSTOP).expect("SIGSTOP etcd");
-        }
-    }
-
-    pub fn resume_member(&self, i: usize) {
-        if let Some(child) = &self.members[i].child {
-            kill(Pid::from_raw(child.id() as i32), Signal::SIGCONT).expect("SIGCONT etcd");
         }
     }
 
@@ -255,38 +227,19 @@ impl EtcdCluster {
         cmd.args(args).output().expect("run etcdctl")
     }
 
+    /// The members that are up.
+    fn servers(&self) -> Vec<&ServerProcess> {
+        self.processes.up()
+    }
+
     /// Kills every member.
     pub fn kill_all(&mut self) {
-        for i in 0..self.members.len() {
-            self.kill_member(i);
-        }
-    }
-}
-
-impl Drop for EtcdCluster {
-    fn drop(&mut self) {
-        self.kill_all();
+        self.processes.kill_all();
     }
 }
 
 /// An etcd cluster of `MEMBERS` members as a backend under test.
-pub struct Etcd<const MEMBERS: usize> {
-    cluster: EtcdCluster,
-}
-
-impl<const MEMBERS: usize> Deref for Etcd<MEMBERS> {
-    type Target = EtcdCluster;
-
-    fn deref(&self) -> &EtcdCluster {
-        &self.cluster
-    }
-}
-
-impl<const MEMBERS: usize> DerefMut for Etcd<MEMBERS> {
-    fn deref_mut(&mut self) -> &mut EtcdCluster {
-        &mut self.cluster
-    }
-}
+pub type Etcd<const MEMBERS: usize> = Cluster<EtcdCluster, MEMBERS>;
 
 impl<const MEMBERS: usize> Fixture for Etcd<MEMBERS> {
     const TTL: &'static str = "3s";
@@ -298,7 +251,7 @@ impl<const MEMBERS: usize> Fixture for Etcd<MEMBERS> {
         } else {
             Pace::Fast
         };
-        Etcd {
+        Cluster {
             cluster: EtcdCluster::sized(MEMBERS, pace),
         }
     }
@@ -334,20 +287,8 @@ impl<const MEMBERS: usize> Fixture for Etcd<MEMBERS> {
         }))
     }
 
-    fn kill(&mut self) {
-        self.cluster.kill_all();
-    }
-
-    fn pause(&self) {
-        for i in 0..MEMBERS {
-            self.cluster.pause_member(i);
-        }
-    }
-
-    fn resume(&self) {
-        for i in 0..MEMBERS {
-            self.cluster.resume_member(i);
-        }
+    fn servers(&self) -> Vec<&ServerProcess> {
+        self.cluster.servers()
     }
 
     /// Tokens are revisions kept in the members' data, which a crash keeps: a wipe changes

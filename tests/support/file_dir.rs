@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use super::fixture::{Counter, Fixture};
 use super::proxy::Proxy;
+use super::server_process::ServerProcess;
 
 pub struct FileDir {
     dir: tempfile::TempDir,
@@ -68,14 +69,14 @@ impl Fixture for FileDir {
         None
     }
 
+    /// Nothing to kill or freeze: a kernel lock needs no process but its holder.
+    fn servers(&self) -> Vec<&ServerProcess> {
+        Vec::new()
+    }
+
     fn kill(&mut self) {
         self.remove_files(".lock");
     }
-
-    /// Nothing to freeze: a kernel lock needs no process but its holder.
-    fn pause(&self) {}
-
-    fn resume(&self) {}
 
     fn restart(&mut self, wipe: bool) {
         if wipe {

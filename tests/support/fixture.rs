@@ -11,6 +11,7 @@ use std::net::TcpListener;
 use std::time::Duration;
 
 use super::proxy::Proxy;
+use super::server_process::ServerProcess;
 
 /// The counter a backend keeps for a name's fencing tokens, as read from the server.
 pub enum Counter {
@@ -71,15 +72,30 @@ pub trait Fixture: Sized {
     /// A fault proxy in front of the server and the URL through it; `None` without a network.
     fn proxied(&self) -> Option<(Proxy, String)>;
 
-    /// The backend goes away under its clients (SIGKILL; for a state directory, its lock files
-    /// are removed).
-    fn kill(&mut self);
+    /// Every server process behind the backend (none for a state directory): a fault hits them
+    /// all.
+    fn servers(&self) -> Vec<&ServerProcess>;
+
+    /// The backend goes away under its clients (SIGKILL; a state directory overrides it).
+    fn kill(&mut self) {
+        for server in self.servers() {
+            server.kill();
+        }
+    }
 
     /// The server freezes (SIGSTOP): connections stay open, nothing answers.
-    fn pause(&self);
+    fn pause(&self) {
+        for server in self.servers() {
+            server.pause();
+        }
+    }
 
     /// Undoes [`Fixture::pause`].
-    fn resume(&self);
+    fn resume(&self) {
+        for server in self.servers() {
+            server.resume();
+        }
+    }
 
     /// A crash and a start again on the same ports. With `wipe`, the backend comes back having
     /// lost what its contract says tokens must survive losing (Redis: every key; a state

@@ -3,7 +3,9 @@
 //! fault proxy, the contract's lease timing, certificates, the machine's prerequisites and the man page.
 
 pub mod asserts;
+pub mod backend_scenarios;
 pub mod certs;
+pub mod cluster;
 pub mod dynalite_server;
 pub mod etcd_cluster;
 pub mod file_dir;
@@ -18,6 +20,8 @@ pub mod proxy;
 pub mod redis_server;
 pub mod redlock_servers;
 pub mod scene;
+pub mod server_process;
+pub mod server_user;
 pub mod timing;
 pub mod tools;
 pub mod wait;

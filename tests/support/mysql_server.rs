@@ -13,19 +13,16 @@
 //! or, wiping, with lockrun's rows deleted, as a restore from an old backup would leave them.
 
 use std::io::Read;
-use std::net::TcpStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
-
 use super::fixture::{Counter, Fixture, free_port};
 use super::proxy::Proxy;
-use super::wait::{text, wait_until};
+use super::server_process::{ServerProcess, on_fresh_ports, sent};
+use super::wait::{answer, text};
 
 /// The database the tests' URLs name.
 pub const DATABASE: &str = "lockrun_test";
@@ -47,13 +44,14 @@ const SMALL: &[&str] = &[
 
 /// A running `mariadbd` owned by one test.
 pub struct MySqlServer {
+    /// Declared first: killed (on drop) before its directory is removed.
+    process: Option<ServerProcess>,
     port: u16,
     password: Option<String>,
     /// The directory holding `ca.crt`, `server.crt` and `server.key`, for a server that also
     /// accepts TLS.
     tls: Option<PathBuf>,
     dir: tempfile::TempDir,
-    child: Option<Child>,
 }
 
 impl MySqlServer {
@@ -76,18 +74,17 @@ impl MySqlServer {
             password: None,
             tls,
             dir,
-            child: None,
+            process: None,
         };
-        // Another process may take the port between probing and binding: try a few.
-        let mut started = false;
-        for _ in 0..5 {
+        let started = on_fresh_ports(|_| {
             server.port = free_port();
-            if server.launch() {
-                started = true;
-                break;
-            }
-        }
-        assert!(started, "mariadbd did not start; log:\n{}", server.log());
+            server.launch().then_some(())
+        });
+        assert!(
+            started.is_some(),
+            "mariadbd did not start; log:\n{}",
+            server.log()
+        );
         server.sql(&format!("CREATE DATABASE {DATABASE}"));
         if let Some(password) = &password {
             server.sql(&format!(
@@ -137,18 +134,12 @@ impl MySqlServer {
         if nix::unistd::geteuid().is_root() {
             cmd.arg("--user=root");
         }
-        let mut child = cmd.spawn().expect("spawn mariadbd");
         let port = self.port;
-        let ready = wait_until(Duration::from_secs(30), || {
-            child.try_wait().ok().flatten().is_some() || greets(port)
-        });
-        if !ready || child.try_wait().ok().flatten().is_some() {
-            let _ = child.kill();
-            let _ = child.wait();
-            return false;
-        }
-        self.child = Some(child);
-        true
+        self.process =
+            ServerProcess::spawn_ready(&mut cmd, "mariadbd", Duration::from_secs(30), || {
+                greets(port)
+            });
+        self.process.is_some()
     }
 
     pub fn port(&self) -> u16 {
@@ -169,10 +160,6 @@ impl MySqlServer {
         std::fs::read_to_string(self.dir.path().join("mysqld.log")).unwrap_or_default()
     }
 
-    fn pid(&self) -> Pid {
-        Pid::from_raw(self.child.as_ref().expect("server running").id() as i32)
-    }
-
     /// Runs SQL through the `mariadb` client as root, over the server's socket.
     pub fn client(&self, sql: &str) -> Output {
         Command::new("mariadb")
@@ -188,23 +175,7 @@ impl MySqlServer {
 
     /// The client's output for `sql`, trimmed; fails the test if it failed.
     pub fn sql(&self, sql: &str) -> String {
-        let out = self.client(sql);
-        assert!(
-            out.status.success(),
-            "mariadb failed on {sql:?}: {}",
-            text(&out.stderr)
-        );
-        text(&out.stdout).trim().to_owned()
-    }
-
-    /// Kills the server (SIGKILL: no shutdown, crash recovery on restart).
-    fn kill_server(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let pid = Pid::from_raw(child.id() as i32);
-            let _ = kill(pid, Signal::SIGKILL);
-            let _ = kill(pid, Signal::SIGCONT);
-            let _ = child.wait();
-        }
+        answer(&self.client(sql), &format!("mariadb failed on {sql:?}"))
     }
 }
 
@@ -243,22 +214,14 @@ impl Fixture for MySqlServer {
         Some(Proxy::in_front_of(self.port, |port| self.url_on(port)))
     }
 
-    fn kill(&mut self) {
-        self.kill_server();
-    }
-
-    fn pause(&self) {
-        kill(self.pid(), Signal::SIGSTOP).expect("SIGSTOP mariadbd");
-    }
-
-    fn resume(&self) {
-        kill(self.pid(), Signal::SIGCONT).expect("SIGCONT mariadbd");
+    fn servers(&self) -> Vec<&ServerProcess> {
+        self.process.iter().collect()
     }
 
     /// A crash and a start on the same port with the same data; wiping, lockrun's rows are then
     /// deleted (its token counters with them), as a restore from an old backup would leave them.
     fn restart(&mut self, wipe: bool) {
-        self.kill_server();
+        self.kill();
         assert!(
             self.launch(),
             "mariadbd did not restart on port {}; log:\n{}",
@@ -281,18 +244,11 @@ impl Fixture for MySqlServer {
     }
 }
 
-impl Drop for MySqlServer {
-    fn drop(&mut self) {
-        self.kill_server();
-    }
-}
-
 /// Whether something on `port` sends a MySQL greeting (protocol version 10).
 fn greets(port: u16) -> bool {
-    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+    let Some(mut stream) = sent(port, b"", Duration::from_secs(1)) else {
         return false;
     };
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
     let mut greeting = [0u8; 5];
     stream.read_exact(&mut greeting).is_ok() && greeting[4] == 10
 }

@@ -7,15 +7,14 @@
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
-
-use nix::unistd::User;
 
 use super::fixture::{Counter, Fixture, free_port};
 use super::postgres_server::{PgServer, SUPERUSER};
 use super::proxy::Proxy;
-use super::wait::wait_until;
+use super::server_process::{ServerProcess, on_fresh_ports};
+use super::server_user::ServerUser;
 
 /// How a PgBouncer is configured.
 #[derive(Clone, Debug)]
@@ -44,9 +43,10 @@ impl Default for Options {
 
 /// A running `pgbouncer` owned by one test.
 pub struct PgBouncer {
+    /// Held to be killed on drop (declared first: before its directory is removed).
+    _process: ServerProcess,
     port: u16,
     dir: tempfile::TempDir,
-    child: Child,
 }
 
 impl PgBouncer {
@@ -54,10 +54,8 @@ impl PgBouncer {
     /// [`Options`] a test changes).
     pub fn with(server: &PgServer, options: Options) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
-        let owner = run_as();
-        if let Some(user) = &owner {
-            nix::unistd::chown(dir.path(), Some(user.uid), Some(user.gid)).expect("chown");
-        }
+        let owner = ServerUser::find();
+        owner.own(dir.path());
         // PgBouncer's trust still wants every user listed.
         let password = options.password.as_deref().unwrap_or_default();
         std::fs::write(
@@ -69,7 +67,7 @@ impl PgBouncer {
             Some(_) => "scram-sha-256",
             None => "trust",
         };
-        for _ in 0..5 {
+        let started = on_fresh_ports(|_| {
             let port = free_port();
             let ini = dir.path().join("pgbouncer.ini");
             let ignored = match options.ignore_options {
@@ -94,22 +92,15 @@ impl PgBouncer {
             .expect("pgbouncer.ini");
             std::fs::set_permissions(&ini, std::fs::Permissions::from_mode(0o644)).unwrap();
             let mut cmd = Command::new(program());
-            cmd.arg(&ini)
+            owner
+                .run(&mut cmd)
+                .arg(&ini)
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .process_group(0);
-            if let Some(user) = &owner {
-                cmd.uid(user.uid.as_raw()).gid(user.gid.as_raw());
-            }
-            let mut child = cmd
-                .spawn()
-                .expect("spawn pgbouncer (apt-get install pgbouncer)");
             let psql = server.bin().join("psql");
-            let ready = wait_until(Duration::from_secs(10), || {
-                if child.try_wait().ok().flatten().is_some() {
-                    return true;
-                }
+            let ready = || {
                 Command::new(&psql)
                     .args(["-X", "-q", "-A", "-t", "-h", "127.0.0.1"])
                     .args(["-p", &port.to_string(), "-U", SUPERUSER, "-d", "postgres"])
@@ -118,17 +109,22 @@ impl PgBouncer {
                     .env_remove("PGOPTIONS")
                     .output()
                     .is_ok_and(|out| out.status.success())
-            });
-            if ready && child.try_wait().ok().flatten().is_none() {
-                return PgBouncer { port, dir, child };
-            }
-            let _ = child.kill();
-            let _ = child.wait();
+            };
+            let name = "pgbouncer (apt-get install pgbouncer)";
+            ServerProcess::spawn_ready(&mut cmd, name, Duration::from_secs(10), ready)
+                .map(|process| (process, port))
+        });
+        match started {
+            Some((process, port)) => PgBouncer {
+                _process: process,
+                port,
+                dir,
+            },
+            None => panic!(
+                "pgbouncer did not start; log:\n{}",
+                std::fs::read_to_string(dir.path().join("pgbouncer.log")).unwrap_or_default()
+            ),
         }
-        panic!(
-            "pgbouncer did not start; log:\n{}",
-            std::fs::read_to_string(dir.path().join("pgbouncer.log")).unwrap_or_default()
-        );
     }
 
     pub fn port(&self) -> u16 {
@@ -141,13 +137,6 @@ impl PgBouncer {
     }
 }
 
-impl Drop for PgBouncer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// `pgbouncer`, which Debian installs in /usr/sbin (not on every user's PATH).
 fn program() -> PathBuf {
     let sbin = PathBuf::from("/usr/sbin/pgbouncer");
@@ -155,16 +144,6 @@ fn program() -> PathBuf {
         true => sbin,
         false => PathBuf::from("pgbouncer"),
     }
-}
-
-/// The user to run PgBouncer as: `postgres` (or `nobody`) when running as root, else ourselves.
-fn run_as() -> Option<User> {
-    if !nix::unistd::geteuid().is_root() {
-        return None;
-    }
-    ["postgres", "nobody"]
-        .into_iter()
-        .find_map(|name| User::from_name(name).ok().flatten())
 }
 
 /// A PostgreSQL server with a PgBouncer in front: lockrun is given PgBouncer's URL.
@@ -218,16 +197,8 @@ impl Fixture for Pooled {
         }))
     }
 
-    fn kill(&mut self) {
-        self.server.kill();
-    }
-
-    fn pause(&self) {
-        self.server.pause();
-    }
-
-    fn resume(&self) {
-        self.server.resume();
+    fn servers(&self) -> Vec<&ServerProcess> {
+        self.server.servers()
     }
 
     fn restart(&mut self, wipe: bool) {

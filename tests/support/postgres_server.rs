@@ -11,28 +11,28 @@
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::Duration;
-
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::{Pid, User};
 
 use super::fixture::{Counter, Fixture, free_port};
 use super::proxy::Proxy;
-use super::wait::{alive, wait_until};
+use super::server_process::{ServerProcess, append_log, on_fresh_ports};
+use super::server_user::ServerUser;
+use super::wait::answer;
 
 /// The user name of the cluster's superuser.
 pub const SUPERUSER: &str = "postgres";
 
 /// A running `postgres` owned by one test.
 pub struct PgServer {
+    /// Declared first: killed (on drop) before its directory is removed.
+    process: Option<ServerProcess>,
     port: u16,
     password: Option<String>,
     tls: bool,
     dir: tempfile::TempDir,
     bin: PathBuf,
-    owner: Option<User>,
-    child: Option<Child>,
+    owner: ServerUser,
 }
 
 impl PgServer {
@@ -49,7 +49,7 @@ impl PgServer {
 
     fn start_with(password: Option<String>, tls: bool) -> Self {
         let bin = bin_dir();
-        let owner = server_user();
+        let owner = ServerUser::find();
         let dir = tempfile::tempdir().expect("temp dir");
         let mut server = PgServer {
             port: 0,
@@ -58,30 +58,27 @@ impl PgServer {
             dir,
             bin,
             owner,
-            child: None,
+            process: None,
         };
         server.initdb();
         if tls {
             server.make_certificates();
         }
-        // Another process may take the port between probing and binding: try a few.
-        for _ in 0..5 {
+        let started = on_fresh_ports(|_| {
             server.port = free_port();
-            if server.launch() {
-                return server;
-            }
-        }
-        panic!(
+            server.launch().then_some(())
+        });
+        assert!(
+            started.is_some(),
             "postgres did not start; log:\n{}",
-            std::fs::read_to_string(server.dir.path().join("postgres.log")).unwrap_or_default()
+            server.log()
         );
+        server
     }
 
     fn initdb(&self) {
         let root = self.dir.path();
-        if let Some(user) = &self.owner {
-            nix::unistd::chown(root, Some(user.uid), Some(user.gid)).expect("chown temp dir");
-        }
+        self.owner.own(root);
         let mut cmd = self.as_owner(self.bin.join("initdb"));
         cmd.arg("-D").arg(root.join("data")).args([
             "-U",
@@ -116,11 +113,8 @@ impl PgServer {
     fn make_certificates(&self) {
         let root = self.dir.path();
         super::certs::make_in(root);
-        if let Some(user) = &self.owner {
-            for file in ["server.key", "server.crt"] {
-                nix::unistd::chown(&root.join(file), Some(user.uid), Some(user.gid))
-                    .expect("chown certificate");
-            }
+        for file in ["server.key", "server.crt"] {
+            self.owner.own(&root.join(file));
         }
     }
 
@@ -133,11 +127,7 @@ impl PgServer {
     /// exited.
     fn launch(&mut self) -> bool {
         let root = self.dir.path();
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(root.join("postgres.log"))
-            .expect("open postgres.log");
+        let log = append_log(&root.join("postgres.log"));
         let mut cmd = self.as_owner(self.bin.join("postgres"));
         cmd.arg("-D")
             .arg(root.join("data"))
@@ -168,36 +158,29 @@ impl PgServer {
             .stderr(log)
             // Its own group, so a kill reaches every backend.
             .process_group(0);
-        let mut child = cmd.spawn().expect("spawn postgres");
         let port = self.port;
         let isready = self.bin.join("pg_isready");
-        let ready = wait_until(Duration::from_secs(20), || {
-            if child.try_wait().ok().flatten().is_some() {
-                return true;
-            }
-            Command::new(&isready)
-                .args(["-q", "-h", "127.0.0.1", "-p", &port.to_string(), "-t", "1"])
-                .status()
-                .is_ok_and(|s| s.success())
-        });
-        if !ready || child.try_wait().ok().flatten().is_some() {
-            for pid in server_processes(child.id() as i32) {
-                let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
-            }
-            let _ = child.wait();
-            return false;
-        }
-        self.child = Some(child);
-        true
+        self.process =
+            ServerProcess::spawn_ready(&mut cmd, "postgres", Duration::from_secs(20), || {
+                Command::new(&isready)
+                    .args(["-q", "-h", "127.0.0.1", "-p", &port.to_string(), "-t", "1"])
+                    .status()
+                    .is_ok_and(|s| s.success())
+            });
+        self.process.is_some()
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("postgres.log")).unwrap_or_default()
     }
 
     /// A command run as the server's user (when the tests run as root).
     fn as_owner(&self, program: PathBuf) -> Command {
         let mut cmd = Command::new(program);
-        if let Some(user) = &self.owner {
-            cmd.uid(user.uid.as_raw()).gid(user.gid.as_raw());
-        }
-        cmd.env_remove("PGPASSWORD").env("LC_ALL", "C");
+        self.owner
+            .run(&mut cmd)
+            .env_remove("PGPASSWORD")
+            .env("LC_ALL", "C");
         cmd
     }
 
@@ -226,38 +209,6 @@ impl PgServer {
         &self.bin
     }
 
-    fn pid(&self) -> i32 {
-        self.child.as_ref().expect("server running").id() as i32
-    }
-
-    /// Kills the server and every backend (SIGKILL: no shutdown, crash recovery on restart).
-    fn kill_all(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let postmaster = child.id() as i32;
-            let processes = server_processes(postmaster);
-            for &pid in &processes {
-                let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
-                let _ = kill(Pid::from_raw(pid), Signal::SIGCONT);
-            }
-            let _ = child.wait();
-            // Orphaned backends still attached to the shared memory would stop a restart.
-            wait_until(Duration::from_secs(10), || {
-                processes.iter().all(|&pid| !alive(pid))
-            });
-        }
-    }
-
-    /// Starts the server again on the same port with the same data.
-    fn relaunch(&mut self) {
-        self.kill_all();
-        assert!(
-            self.launch(),
-            "postgres did not restart on port {}; log:\n{}",
-            self.port,
-            std::fs::read_to_string(self.dir.path().join("postgres.log")).unwrap_or_default()
-        );
-    }
-
     /// Runs one SQL text through `psql` (unaligned, tuples only) as the superuser.
     pub fn psql(&self, sql: &str) -> Output {
         let mut cmd = Command::new(self.bin.join("psql"));
@@ -273,13 +224,7 @@ impl PgServer {
 
     /// `psql`'s output for `sql`, trimmed; panics if it failed.
     pub fn sql(&self, sql: &str) -> String {
-        let out = self.psql(sql);
-        assert!(
-            out.status.success(),
-            "psql failed on {sql:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+        answer(&self.psql(sql), &format!("psql failed on {sql:?}"))
     }
 }
 
@@ -304,26 +249,21 @@ impl Fixture for PgServer {
         Some(Proxy::in_front_of(self.port, |port| self.url_on(port)))
     }
 
-    fn kill(&mut self) {
-        self.kill_all();
+    /// The postmaster, whose backends a fault hits with it: none is left attached to the shared
+    /// memory after a kill, which would stop a restart.
+    fn servers(&self) -> Vec<&ServerProcess> {
+        self.process.iter().collect()
     }
 
-    /// Freezes the server and its backends (SIGSTOP): connections stay open, nothing answers.
-    /// (Backends lead process groups of their own, so each is signalled.)
-    fn pause(&self) {
-        for pid in server_processes(self.pid()) {
-            kill(Pid::from_raw(pid), Signal::SIGSTOP).expect("SIGSTOP postgres");
-        }
-    }
-
-    fn resume(&self) {
-        for pid in server_processes(self.pid()).into_iter().rev() {
-            let _ = kill(Pid::from_raw(pid), Signal::SIGCONT);
-        }
-    }
-
+    /// Starts the server again on the same port with the same data.
     fn restart(&mut self, _wipe: bool) {
-        self.relaunch();
+        self.kill();
+        assert!(
+            self.launch(),
+            "postgres did not restart on port {}; log:\n{}",
+            self.port,
+            self.log()
+        );
     }
 
     fn counter(&self, name: &str) -> Counter {
@@ -332,33 +272,6 @@ impl Fixture for PgServer {
         ));
         Counter::Exact(token.parse().expect("the stored token is a number"))
     }
-}
-
-impl Drop for PgServer {
-    fn drop(&mut self) {
-        self.kill_all();
-    }
-}
-
-/// The postmaster first, then every process it started (backends and helpers).
-fn server_processes(postmaster: i32) -> Vec<i32> {
-    let mut pids = vec![postmaster];
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
-        // `pid (comm) state ppid ...`: the fields after the last `)`.
-        let ppid = stat
-            .rsplit(')')
-            .next()
-            .and_then(|rest| rest.split_whitespace().nth(1))
-            .and_then(|p| p.parse::<i32>().ok());
-        if ppid == Some(postmaster) {
-            pids.push(pid);
-        }
-    }
-    pids
 }
 
 /// The newest `/usr/lib/postgresql/*/bin` that has `initdb`.
@@ -378,15 +291,4 @@ fn bin_dir() -> PathBuf {
         .pop()
         .map(|(_, bin)| bin)
         .expect("no PostgreSQL server under /usr/lib/postgresql/*/bin (apt-get install postgresql)")
-}
-
-/// The user to run the server as: `postgres` (or `nobody`) when running as root, else ourselves.
-fn server_user() -> Option<User> {
-    if !nix::unistd::geteuid().is_root() {
-        return None;
-    }
-    ["postgres", "nobody"]
-        .into_iter()
-        .find_map(|name| User::from_name(name).ok().flatten())
-        .or_else(|| panic!("running as root, but there is no postgres or nobody user"))
 }

@@ -4,21 +4,21 @@
 //! port with its keys (saved just before the crash) or without any. A TLS variant serves
 //! `rediss://` with throw-away certificates.
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::Duration;
-
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
 
 use super::fixture::{Counter, Fixture, free_port};
 use super::proxy::Proxy;
-use super::wait::{text, wait_until};
+use super::server_process::{ServerProcess, on_fresh_ports, sent};
+use super::wait::answer;
 
 /// A running `redis-server` owned by one test.
 pub struct RedisServer {
+    /// Declared first: killed (on drop) before its directory is removed.
+    process: Option<ServerProcess>,
     port: u16,
     password: Option<String>,
     /// The directory holding `ca.crt`, `server.crt` and `server.key`, for a TLS server.
@@ -27,7 +27,6 @@ pub struct RedisServer {
     /// for a server whose wall clock a test steps.
     clock: Option<(String, PathBuf)>,
     dir: tempfile::TempDir,
-    child: Option<Child>,
 }
 
 impl RedisServer {
@@ -58,21 +57,18 @@ impl RedisServer {
         tls: Option<PathBuf>,
         clock: Option<(String, PathBuf)>,
     ) -> Self {
-        // Another process may take the port between probing and binding: try a few.
-        for _ in 0..5 {
+        on_fresh_ports(|_| {
             let mut server = RedisServer {
                 port: free_port(),
                 password: password.clone(),
                 tls: tls.clone(),
                 clock: clock.clone(),
                 dir: tempfile::tempdir().expect("temp dir"),
-                child: None,
+                process: None,
             };
-            if server.launch() {
-                return server;
-            }
-        }
-        panic!("redis-server did not start (is it installed?)");
+            server.launch().then_some(server)
+        })
+        .expect("redis-server did not start (is it installed?)")
     }
 
     /// Spawns the server on `self.port` and waits until it answers; false if it exited.
@@ -110,24 +106,16 @@ impl RedisServer {
                 .env("FAKETIME_NO_CACHE", "1")
                 .env("DONT_FAKE_MONOTONIC", "1");
         }
-        let mut child = cmd.spawn().expect("spawn redis-server");
-        let ready = wait_until(Duration::from_secs(10), || {
-            if child.try_wait().ok().flatten().is_some() {
-                return true;
-            }
-            match self.tls {
-                // Listening is as much as can be seen without a TLS client.
-                Some(_) => TcpStream::connect(("127.0.0.1", self.port)).is_ok(),
-                None => answers_ping(self.port),
-            }
-        });
-        if !ready || child.try_wait().ok().flatten().is_some() {
-            let _ = child.kill();
-            let _ = child.wait();
-            return false;
-        }
-        self.child = Some(child);
-        true
+        let (port, tls) = (self.port, self.tls.is_some());
+        self.process =
+            ServerProcess::spawn_ready(&mut cmd, "redis-server", Duration::from_secs(10), || {
+                match tls {
+                    // Listening is as much as can be seen without a TLS client.
+                    true => TcpStream::connect(("127.0.0.1", port)).is_ok(),
+                    false => answers_ping(port),
+                }
+            });
+        self.process.is_some()
     }
 
     pub fn port(&self) -> u16 {
@@ -142,10 +130,6 @@ impl RedisServer {
         }
     }
 
-    fn pid(&self) -> Pid {
-        Pid::from_raw(self.child.as_ref().expect("server running").id() as i32)
-    }
-
     /// Runs `redis-cli` against this server.
     pub fn cli(&self, args: &[&str]) -> Output {
         let mut cmd = Command::new("redis-cli");
@@ -158,13 +142,7 @@ impl RedisServer {
 
     /// `redis-cli`'s answer to `args`, trimmed; fails the test if it did not answer.
     pub fn ask(&self, args: &[&str]) -> String {
-        let out = self.cli(args);
-        assert!(
-            out.status.success(),
-            "redis-cli {args:?}: {}",
-            text(&out.stderr)
-        );
-        text(&out.stdout).trim().to_owned()
+        answer(&self.cli(args), &format!("redis-cli {args:?}"))
     }
 }
 
@@ -189,21 +167,8 @@ impl Fixture for RedisServer {
         Some(Proxy::in_front_of(self.port, |port| self.url_on(port)))
     }
 
-    fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            // A paused server ignores everything but SIGKILL; continue it anyway.
-            let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGCONT);
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    fn pause(&self) {
-        kill(self.pid(), Signal::SIGSTOP).expect("SIGSTOP redis-server");
-    }
-
-    fn resume(&self) {
-        kill(self.pid(), Signal::SIGCONT).expect("SIGCONT redis-server");
+    fn servers(&self) -> Vec<&ServerProcess> {
+        self.process.iter().collect()
     }
 
     /// Keeping the keys: saved to `dump.rdb` just before the crash, loaded at the start.
@@ -235,21 +200,11 @@ impl Fixture for RedisServer {
     }
 }
 
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
 /// Whether something on `port` answers a RESP PING (an auth error counts: the server is up).
 fn answers_ping(port: u16) -> bool {
-    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+    let Some(mut stream) = sent(port, b"*1\r\n$4\r\nPING\r\n", Duration::from_secs(1)) else {
         return false;
     };
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
-    if stream.write_all(b"*1\r\n$4\r\nPING\r\n").is_err() {
-        return false;
-    }
     let mut reply = [0u8; 64];
     matches!(stream.read(&mut reply), Ok(n) if n > 0 && (reply[0] == b'+' || reply[0] == b'-') && !reply[..n].starts_with(b"-LOADING"))
 }

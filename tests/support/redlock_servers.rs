@@ -10,6 +10,7 @@ use std::path::Path;
 use super::fixture::{Counter, Fixture, free_port};
 use super::proxy::Proxy;
 use super::redis_server::RedisServer;
+use super::server_process::ServerProcess;
 
 /// `N` independent `redis-server` masters owned by one test.
 pub struct RedlockServers<const N: usize> {
@@ -140,22 +141,8 @@ impl<const N: usize> Fixture for RedlockServers<N> {
         Some((proxy, url))
     }
 
-    fn kill(&mut self) {
-        for master in &mut self.masters {
-            master.kill();
-        }
-    }
-
-    fn pause(&self) {
-        for master in &self.masters {
-            master.pause();
-        }
-    }
-
-    fn resume(&self) {
-        for master in &self.masters {
-            master.resume();
-        }
+    fn servers(&self) -> Vec<&ServerProcess> {
+        self.masters.iter().flat_map(RedisServer::servers).collect()
     }
 
     fn restart(&mut self, wipe: bool) {

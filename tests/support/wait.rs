@@ -3,6 +3,7 @@
 
 use std::path::Path;
 use std::process::Output;
+use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 /// Generous bound for something that should happen soon (a process starting, a file appearing).
@@ -53,10 +54,19 @@ pub fn read_trimmed(path: &Path) -> Option<String> {
 
 /// The one number written in `path` (waiting for it to appear).
 pub fn number_in(path: &Path) -> u64 {
+    value_in(path)
+}
+
+/// The one value written in `path`, of type `T` (waiting for it to appear).
+pub fn value_in<T: FromStr>(path: &Path) -> T {
     let value = wait_for_file(path, SOON);
-    value
-        .parse()
-        .unwrap_or_else(|_| panic!("{} holds {value:?}, not a number", path.display()))
+    value.parse().unwrap_or_else(|_| {
+        panic!(
+            "{} holds {value:?}, not a {}",
+            path.display(),
+            std::any::type_name::<T>()
+        )
+    })
 }
 
 /// The numbers in `path`, one per line (none when it is missing).
@@ -82,6 +92,13 @@ pub fn alive(pid: i32) -> bool {
 /// Output bytes as text.
 pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// What a client that must succeed answered, trimmed; fails the test, naming what it was asked
+/// and what it said, if it failed.
+pub fn answer(out: &Output, asked: &str) -> String {
+    assert!(out.status.success(), "{asked}: {}", text(&out.stderr));
+    text(&out.stdout).trim().to_owned()
 }
 
 /// The exit status; -1 for a process killed by a signal.

@@ -4,22 +4,20 @@
 //! 500 ms, so session timeouts from 1 s to 10 s are granted; the admin server is off. A member is
 //! ready when it answers the `srvr` four-letter word with its mode (standalone, leader or
 //! follower: polled, never a fixed sleep); the members of an ensemble start in parallel. A member
-//! can be killed, restarted on its ports with its data, and paused with SIGSTOP.
+//! can be killed and restarted on its ports with its data.
 //!
-//! As a [`Fixture`], [`ZooKeeper<1>`] is the standalone server; a fault hits every member.
+//! As a [`Fixture`], [`ZooKeeper<1>`] is the standalone server; a fault (a kill, a pause with
+//! SIGSTOP) hits every member.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::ops::{Deref, DerefMut};
+use std::io::Read;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
-
+use super::cluster::{Cluster, MemberProcesses};
 use super::fixture::{Counter, Fixture, free_port};
 use super::proxy::Proxy;
+use super::server_process::{ServerProcess, append_log, on_fresh_ports, sent};
 use super::wait::wait_until;
 
 /// The server's jar (its manifest names the libraries it needs).
@@ -33,13 +31,14 @@ struct Member {
     client_port: u16,
     peer_port: u16,
     election_port: u16,
-    child: Option<Child>,
 }
 
 /// A running standalone server or ensemble owned by one test.
 pub struct ZkEnsemble {
-    dir: tempfile::TempDir,
+    /// Declared first: killed (on drop) before their directory is removed.
+    processes: MemberProcesses,
     members: Vec<Member>,
+    dir: tempfile::TempDir,
     password: Option<String>,
     properties: Vec<String>,
 }
@@ -52,16 +51,15 @@ impl ZkEnsemble {
 
     /// [`ZkEnsemble::start`] with Java system properties (`-Dkey=value`) for every member.
     pub fn start_with(size: usize, properties: &[&str]) -> Self {
-        // Another process may take a probed port before a member binds it: try a few times.
-        for _ in 0..5 {
+        on_fresh_ports(|_| {
             let mut ensemble = ZkEnsemble {
+                processes: MemberProcesses::new(size),
                 dir: tempfile::tempdir().expect("temp dir"),
                 members: (0..size)
                     .map(|_| Member {
                         client_port: free_port(),
                         peer_port: free_port(),
                         election_port: free_port(),
-                        child: None,
                     })
                     .collect(),
                 password: None,
@@ -72,13 +70,11 @@ impl ZkEnsemble {
                 ensemble.launch(i);
             }
             let ready = wait_until(READY, || {
-                ensemble.all_running() && (0..size).all(|i| ensemble.mode(i).is_some())
+                ensemble.processes.all_running() && (0..size).all(|i| ensemble.mode(i).is_some())
             });
-            if ready {
-                return ensemble;
-            }
-        }
-        panic!("zookeeper did not start (is the zookeeper package installed, with a JRE?)");
+            ready.then_some(ensemble)
+        })
+        .expect("zookeeper did not start (is the zookeeper package installed, with a JRE?)")
     }
 
     fn member_dir(&self, i: usize) -> PathBuf {
@@ -114,13 +110,9 @@ impl ZkEnsemble {
     /// Spawns member `i` with its configuration.
     fn launch(&mut self, i: usize) {
         let dir = self.member_dir(i);
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(dir.join("server.log"))
-            .expect("zookeeper log file");
-        let child = Command::new("java")
-            .args(["-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"])
+        let log = append_log(&dir.join("server.log"));
+        let mut cmd = Command::new("java");
+        cmd.args(["-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"])
             .args(["-cp", JAR, "-Dzookeeper.admin.enableServer=false"])
             .args(&self.properties)
             .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
@@ -128,25 +120,15 @@ impl ZkEnsemble {
             .current_dir(&dir)
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log file"))
-            .stderr(log)
-            .spawn()
-            .expect("spawn java (is a JRE installed?)");
-        self.members[i].child = Some(child);
-    }
-
-    fn all_running(&mut self) -> bool {
-        self.members.iter_mut().all(|m| {
-            m.child
-                .as_mut()
-                .is_some_and(|c| c.try_wait().ok().flatten().is_none())
-        })
+            .stderr(log);
+        let process = ServerProcess::spawn(&mut cmd, "java (is a JRE installed?)");
+        self.processes.set(i, process);
     }
 
     /// Member `i`'s answer to a four-letter word, if it answers.
     pub fn four_letters(&self, i: usize, word: &str) -> Option<String> {
-        let mut stream = TcpStream::connect(("127.0.0.1", self.members[i].client_port)).ok()?;
-        stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-        stream.write_all(word.as_bytes()).ok()?;
+        let port = self.members[i].client_port;
+        let mut stream = sent(port, word.as_bytes(), Duration::from_secs(2))?;
         let mut answer = String::new();
         stream.read_to_string(&mut answer).ok()?;
         Some(answer)
@@ -217,11 +199,7 @@ impl ZkEnsemble {
 
     /// Kills member `i` (SIGKILL: no goodbye to its peers or clients).
     pub fn kill_member(&mut self, i: usize) {
-        if let Some(mut child) = self.members[i].child.take() {
-            let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGCONT);
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.processes.kill(i);
     }
 
     /// Starts member `i` again on its ports, with its data.
@@ -230,64 +208,33 @@ impl ZkEnsemble {
         self.launch(i);
     }
 
-    /// Freezes member `i` (SIGSTOP): it keeps its connections but answers nothing.
-    pub fn pause_member(&self, i: usize) {
-        if let Some(child) = &self.members[i].child {
-            kill(Pid::from_raw(child.id() as i32), Signal::SIGSTOP).expect("SIGSTOP zookeeper");
-        }
-    }
-
-    pub fn resume_member(&self, i: usize) {
-        if let Some(child) = &self.members[i].child {
-            kill(Pid::from_raw(child.id() as i32), Signal::SIGCONT).expect("SIGCONT zookeeper");
-        }
-    }
-
     /// Waits until every member serves again.
     pub fn wait_serving(&mut self) {
         let size = self.members.len();
         let ready = wait_until(READY, || {
-            self.all_running() && (0..size).all(|i| self.mode(i).is_some())
+            self.processes.all_running() && (0..size).all(|i| self.mode(i).is_some())
         });
         assert!(ready, "zookeeper did not serve again");
     }
 
-    pub fn kill_all(&mut self) {
-        for i in 0..self.members.len() {
-            self.kill_member(i);
-        }
+    /// The members that are up.
+    fn servers(&self) -> Vec<&ServerProcess> {
+        self.processes.up()
     }
-}
 
-impl Drop for ZkEnsemble {
-    fn drop(&mut self) {
-        self.kill_all();
+    /// Kills every member.
+    pub fn kill_all(&mut self) {
+        self.processes.kill_all();
     }
 }
 
 /// A ZooKeeper of `MEMBERS` members as a backend under test.
-pub struct ZooKeeper<const MEMBERS: usize> {
-    ensemble: ZkEnsemble,
-}
-
-impl<const MEMBERS: usize> Deref for ZooKeeper<MEMBERS> {
-    type Target = ZkEnsemble;
-
-    fn deref(&self) -> &ZkEnsemble {
-        &self.ensemble
-    }
-}
-
-impl<const MEMBERS: usize> DerefMut for ZooKeeper<MEMBERS> {
-    fn deref_mut(&mut self) -> &mut ZkEnsemble {
-        &mut self.ensemble
-    }
-}
+pub type ZooKeeper<const MEMBERS: usize> = Cluster<ZkEnsemble, MEMBERS>;
 
 impl<const MEMBERS: usize> Fixture for ZooKeeper<MEMBERS> {
     fn start() -> Self {
-        ZooKeeper {
-            ensemble: ZkEnsemble::start(MEMBERS),
+        Cluster {
+            cluster: ZkEnsemble::start(MEMBERS),
         }
     }
 
@@ -295,12 +242,12 @@ impl<const MEMBERS: usize> Fixture for ZooKeeper<MEMBERS> {
     /// so a wrong password is another identity, refused.
     fn with_password(password: &str) -> Option<Self> {
         let mut zk = Self::start();
-        zk.ensemble.password = Some(password.to_owned());
+        zk.cluster.password = Some(password.to_owned());
         Some(zk)
     }
 
     fn url(&self) -> String {
-        self.ensemble.url()
+        self.cluster.url()
     }
 
     fn url_at(authority: &str) -> String {
@@ -322,33 +269,21 @@ impl<const MEMBERS: usize> Fixture for ZooKeeper<MEMBERS> {
         }))
     }
 
-    fn kill(&mut self) {
-        self.ensemble.kill_all();
-    }
-
-    fn pause(&self) {
-        for i in 0..MEMBERS {
-            self.ensemble.pause_member(i);
-        }
-    }
-
-    fn resume(&self) {
-        for i in 0..MEMBERS {
-            self.ensemble.resume_member(i);
-        }
+    fn servers(&self) -> Vec<&ServerProcess> {
+        self.cluster.servers()
     }
 
     /// Tokens are zxids, kept in the members' transaction logs, which a crash keeps: a wipe
     /// changes nothing here.
     fn restart(&mut self, _wipe: bool) {
-        self.ensemble.kill_all();
+        self.cluster.kill_all();
         for i in 0..MEMBERS {
-            self.ensemble.launch(i);
+            self.cluster.launch(i);
         }
-        self.ensemble.wait_serving();
+        self.cluster.wait_serving();
     }
 
     fn counter(&self, _name: &str) -> Counter {
-        Counter::AtLeast(self.ensemble.zxid(self.ensemble.leader()))
+        Counter::AtLeast(self.cluster.zxid(self.cluster.leader()))
     }
 }
