@@ -34,6 +34,7 @@ macro_rules! conformance {
             failures::server_paused_stops_the_holder_before_expiry,
             failures::silent_network_stops_the_holder_before_expiry,
             failures::a_brief_outage_is_ridden_through,
+            failures::a_release_right_after_a_restart_frees_the_name,
             failures::a_frozen_holder_is_overtaken_and_stopped_when_it_wakes,
             failures::forced_release_stops_every_holder_at_once,
             inspection::status_and_list_show_the_contract_shape,

@@ -107,6 +107,22 @@ fn stops_before_expiry<F: Fixture>(
     true
 }
 
+/// Guards against a release lost to a connection the server closed: a holder whose backend
+/// restarted (keeping its data) since its last renewal releases over a new connection, and the
+/// name is free at once, not a lease later.
+pub fn a_release_right_after_a_restart_frees_the_name<F: Fixture>() {
+    let mut fx = F::start();
+    let s = Scene::new(fx.url());
+    // A 30 s lease renews every 10 s: none comes between the restart and the release.
+    let mut holder = s.hold("after", "h", &["--ttl", "30s"]);
+    fx.restart(false);
+    let out = holder.finish();
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    // A renewal tried while the server was down may be reported; the release must not fail.
+    assert!(!text(&out.stderr).contains("release"), "{}", text(&out.stderr));
+    assert_eq!(s.status("after")["holders"], serde_json::json!([]));
+}
+
 /// Guards against a holder that gives up on a brief outage it could ride through: right after a
 /// renewal (lockrun reports each at `-vv`) the link goes silent until 2/5 of the TTL after that
 /// renewal was sent, so the next renewal (due at 1/3) is held in the silence and answered after

@@ -42,8 +42,15 @@ pub fn assert_a_brief_restart_is_ridden_through<F: Fixture>(
     renewed_since_restart: impl for<'a> FnOnce(&'a F) -> Box<dyn FnMut() -> bool + 'a>,
 ) {
     let s = Scene::new(server.url());
-    let mut holder = s.hold("ride", "h", &["--ttl", "4s", "--renew", "500ms"]);
+    let mut holder = s.hold("ride", "h", &["--ttl", "4s", "--renew", "500ms", "-vv"]);
+    let before = holder.renewals().len();
     server.restart(false);
+    // lockrun confirmed renewals sent to the restarted server, not only ones from before (which
+    // a quick restart would leave in place): the first confirmed since the restart began may
+    // have been answered just before it; the second was sent half a second after that answer.
+    let confirmed = wait_until(SOON, || holder.renewals().len() >= before + 2);
+    assert!(confirmed, "no renewal confirmed after the restart");
+    // …and the server has it.
     let renewed = wait_until(SOON, renewed_since_restart(server));
     assert!(renewed, "no renewal after the restart");
     assert!(holder.command_alive(), "the command was stopped");

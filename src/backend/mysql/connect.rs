@@ -55,6 +55,10 @@ enum Kind {
     /// Statements in one explicit transaction: after an error the connection goes; an
     /// interruption or a deadlock is tried again on a fresh one.
     Transaction,
+    /// [`Kind::Statement`]s that may be sent twice (owner-checked renewals and releases): a
+    /// kept connection found dead (the server restarted, a proxy reaped it) is replaced and the
+    /// statement sent once more on the new one.
+    Repeatable,
 }
 
 /// One statement's results: each result set's rows, and the rows the last statement affected.
@@ -178,6 +182,16 @@ impl Link {
         self.within(limit, self.run(sql, Kind::Statement)).await
     }
 
+    /// [`Link::query`] for a statement that may be sent twice (it changes nothing the second
+    /// time): when the kept connection turns out to be dead, it goes to a fresh one.
+    pub async fn query_repeatable(
+        &self,
+        limit: Duration,
+        sql: &str,
+    ) -> Result<Reply, BackendError> {
+        self.within(limit, self.run(sql, Kind::Repeatable)).await
+    }
+
     /// [`Link::query`] for statements that open a transaction of their own: a server error may
     /// leave it open, so the connection is then dropped (the server rolls back) instead of
     /// reused.
@@ -228,9 +242,9 @@ impl Link {
         let mut created = false;
         let mut retries = 0;
         loop {
-            let conn = match slot.take() {
-                Some(conn) => conn,
-                None => self.connect(&self.presence()).await?,
+            let (conn, kept) = match slot.take() {
+                Some(conn) => (conn, true),
+                None => (self.connect(&self.presence()).await?, false),
             };
             let mut lent = Lent(Some(conn));
             match exchange(lent.conn(), sql).await {
@@ -262,7 +276,14 @@ impl Link {
                         retries += 1;
                     }
                 }
-                // `lent` is dropped: the connection goes.
+                // `lent` is dropped: the connection goes (and, for a repeatable statement on
+                // a kept connection, a fresh one is tried).
+                Err(_) if kind == Kind::Repeatable && kept => {
+                    crate::debug!(
+                        "the connection to {} was lost; trying a new one",
+                        self.endpoint
+                    );
+                }
                 Err(e) => return Err(Failure::Link(e)),
             }
         }

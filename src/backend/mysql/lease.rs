@@ -90,7 +90,7 @@ impl Lease for MySqlLease {
         let sql = self.link.sql().renew(&self.name, &self.owner, self.ttl);
         let reply = self
             .link
-            .query(renew_timeout(self.ttl), &sql)
+            .query_repeatable(renew_timeout(self.ttl), &sql)
             .await
             .map_err(RenewError::Unconfirmed)?;
         match reply.affected {
@@ -113,7 +113,7 @@ impl Lease for MySqlLease {
             discard(conn);
         }
         let sql = self.link.sql().release(&self.name, &self.owner);
-        let reply = self.link.query(REQUEST_TIMEOUT, &sql).await?;
+        let reply = self.link.query_repeatable(REQUEST_TIMEOUT, &sql).await?;
         let row = single(&self.link, &reply)?;
         if cell::<i64>(&self.link, &row, 0)? == 0 {
             crate::info!("the lease was no longer this run's; nothing to release");

@@ -87,7 +87,7 @@ impl Lease for PostgresLease {
         let ttl = Duration::from_millis(self.ttl_ms.unsigned_abs());
         let renewed = self
             .link
-            .query(
+            .query_repeatable(
                 renew_timeout(ttl),
                 &self.link.sql().renew,
                 &[
@@ -112,7 +112,7 @@ impl Lease for PostgresLease {
         let legacy = schema::legacy_channel(self.link.schema(), &self.name);
         let rows = self
             .link
-            .query(
+            .query_repeatable(
                 REQUEST_TIMEOUT,
                 &self.link.sql().release,
                 &[

@@ -155,6 +155,36 @@ impl Link {
         self.query_as(limit, sql, params, false).await
     }
 
+    /// [`Link::query`] for a statement that may run twice (owner-checked renewals and
+    /// releases): when the kept connection turns out to be closed (a restarted server, a reaped
+    /// connection), it is sent once more over a new one, within the same `limit`.
+    pub async fn query_repeatable(
+        &self,
+        limit: Duration,
+        sql: &str,
+        params: &Params<'_>,
+    ) -> Result<Vec<Row>, Failure> {
+        let started = std::time::Instant::now();
+        let kept = self.slot().clone();
+        let result = self.query(limit, sql, params).await;
+        let dropped = kept.is_some_and(|kept| {
+            !self
+                .slot()
+                .as_ref()
+                .is_some_and(|now| Arc::ptr_eq(now, &kept))
+        });
+        match (result, limit.checked_sub(started.elapsed())) {
+            (Err(_), Some(left)) if dropped && !left.is_zero() => {
+                crate::debug!(
+                    "the connection to {} was lost; trying a new one",
+                    self.endpoint()
+                );
+                self.query(left, sql, params).await
+            }
+            (result, _) => result,
+        }
+    }
+
     /// [`Link::query`] for a statement sent over and over (a waiter's tries and looks): prepared
     /// once per connection where the connection reaches the server directly, which spares the
     /// server parsing and planning it every time.

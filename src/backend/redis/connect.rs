@@ -140,6 +140,33 @@ impl Link {
         .await
     }
 
+    /// [`Link::script`] for a script that may run twice (owner-checked renewals and releases):
+    /// when the kept connection turns out to be broken (a restarted server), the script goes once
+    /// more over a new one, within the same `limit`.
+    pub async fn script_repeatable<T>(
+        &self,
+        limit: Duration,
+        invocation: &ScriptInvocation<'_>,
+    ) -> Result<T, BackendError>
+    where
+        T: FromRedisValue + Send,
+    {
+        let started = std::time::Instant::now();
+        let kept = self.slot().is_some();
+        let result = self.script(limit, invocation).await;
+        let dropped = kept && self.slot().is_none();
+        match (result, limit.checked_sub(started.elapsed())) {
+            (Err(_), Some(left)) if dropped && !left.is_zero() => {
+                crate::debug!(
+                    "the connection to {} was lost; trying a new one",
+                    self.endpoint
+                );
+                self.script(left, invocation).await
+            }
+            (result, _) => result,
+        }
+    }
+
     /// Runs a command, giving up after `limit`.
     pub async fn command<T>(&self, limit: Duration, command: &Cmd) -> Result<T, BackendError>
     where

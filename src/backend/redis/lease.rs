@@ -74,7 +74,7 @@ impl Lease for RedisLease {
         };
         invocation.arg(&self.owner).arg(self.ttl_ms);
         let limit = renew_timeout(Duration::from_millis(self.ttl_ms));
-        match self.link.script::<i64>(limit, &invocation).await {
+        match self.link.script_repeatable::<i64>(limit, &invocation).await {
             Ok(1) => Ok(Renewal {
                 ttl: Some(Duration::from_millis(self.ttl_ms)),
             }),
@@ -105,7 +105,10 @@ impl Lease for RedisLease {
             .key(self.keys.xqueue())
             .arg(&self.owner)
             .arg(self.keys.wake_prefix());
-        let released: i64 = self.link.script(REQUEST_TIMEOUT, &invocation).await?;
+        let released: i64 = self
+            .link
+            .script_repeatable(REQUEST_TIMEOUT, &invocation)
+            .await?;
         if released == 0 {
             crate::info!("the lease was no longer this run's; nothing to release");
         }

@@ -7,7 +7,7 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use redis::{FromRedisValue, Script, ToRedisArgs};
+use redis::{FromRedisValue, Script, ScriptInvocation, ToRedisArgs};
 
 use super::connect::Link;
 use crate::backend::BackendError;
@@ -81,6 +81,18 @@ impl Call {
     where
         T: FromRedisValue + Send,
     {
+        link.script(limit, &self.invocation()).await
+    }
+
+    /// [`Call::run`] for a script that may run twice (see [`Link::script_repeatable`]).
+    pub async fn run_repeatable<T>(&self, link: &Link, limit: Duration) -> Result<T, BackendError>
+    where
+        T: FromRedisValue + Send,
+    {
+        link.script_repeatable(limit, &self.invocation()).await
+    }
+
+    fn invocation(&self) -> ScriptInvocation<'static> {
         let mut invocation = self.script.prepare_invoke();
         for key in &self.keys {
             invocation.key(key);
@@ -88,6 +100,6 @@ impl Call {
         for arg in &self.args {
             invocation.arg(arg);
         }
-        link.script(limit, &invocation).await
+        invocation
     }
 }

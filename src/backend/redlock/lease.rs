@@ -70,7 +70,7 @@ impl Lease for RedlockLease {
         .arg(millis(self.ttl));
         let masters = &self.masters;
         let (n, quorum) = (masters.len(), masters.quorum());
-        let mut round = masters.call::<i64>(&call, renew_timeout(self.ttl));
+        let mut round = masters.call_repeatable::<i64>(&call, renew_timeout(self.ttl));
         let (mut confirmed, mut gone, mut failures) = (0, 0, Vec::new());
         while let Some((i, answer)) = round.next().await {
             match answer {
@@ -121,7 +121,7 @@ impl Lease for RedlockLease {
         .key(self.keys.xqueue())
         .arg(&self.owner)
         .arg(self.keys.wake_prefix());
-        let round = self.masters.call::<i64>(&call, REQUEST_TIMEOUT);
+        let round = self.masters.call_repeatable::<i64>(&call, REQUEST_TIMEOUT);
         let released = self.masters.quorum_of(round).await?;
         if released.iter().all(|(_, n)| *n == 0) {
             crate::info!("the lease was no longer this run's; nothing to release");

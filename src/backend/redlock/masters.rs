@@ -106,6 +106,19 @@ impl Masters {
         })
     }
 
+    /// [`Masters::call`] for a script that may run twice on a master (owner-checked renewals and
+    /// releases): a master whose kept connection broke gets it again over a new one.
+    pub fn call_repeatable<T>(&self, call: &Call, limit: Duration) -> Round<T>
+    where
+        T: FromRedisValue + Send + 'static,
+    {
+        let call = Arc::new(call.clone());
+        self.send(move |link| {
+            let call = Arc::clone(&call);
+            async move { call.run_repeatable(&link, limit).await }
+        })
+    }
+
     /// Sends `request` to every master at once, each in a task of its own (the request carries
     /// its own deadline).
     pub fn send<T, F, Fut>(&self, request: F) -> Round<T>
