@@ -93,6 +93,21 @@ impl Keys {
     }
 }
 
+/// The keys of a name that every script touching its whole line takes first, in the scripts'
+/// order (on a Redis server and on each redlock master alike).
+pub fn line_keys(keys: &Keys) -> [String; 8] {
+    [
+        keys.meta(),
+        keys.queue(),
+        keys.beats(),
+        keys.xqueue(),
+        keys.squeue(),
+        keys.qinfo(),
+        keys.readers(),
+        keys.rinfo(),
+    ]
+}
+
 /// The `SCAN MATCH` pattern for the meta keys of every name starting with `prefix`.
 pub fn meta_pattern(prefix: &str) -> String {
     let mut pattern = String::from(ROOT);

@@ -16,7 +16,7 @@ use async_trait::async_trait;
 use super::connect::{Link, REQUEST_TIMEOUT};
 use super::doorbell::Subscription;
 use super::keys::Keys;
-use super::scripts;
+use super::scripts::{release_call, renew_call};
 use crate::backend::waiting::line::Doorbell;
 use crate::backend::waiting::policy::{SAFETY_RECHECK, renew_timeout};
 use crate::backend::{BackendError, Grant, Lease, Mode, RenewError, Renewal};
@@ -60,21 +60,15 @@ impl Lease for RedisLease {
     }
 
     async fn renew(&self) -> Result<Renewal, RenewError> {
-        let mut invocation = match self.mode {
-            Mode::Exclusive => {
-                let mut invocation = scripts::RENEW.prepare_invoke();
-                invocation.key(self.keys.slot(self.grant.slot));
-                invocation
-            }
-            Mode::Shared => {
-                let mut invocation = scripts::RENEW_SHARED.prepare_invoke();
-                invocation.key(self.keys.readers());
-                invocation
-            }
-        };
-        invocation.arg(&self.owner).arg(self.ttl_ms);
+        let call = renew_call(
+            &self.keys,
+            self.mode,
+            self.grant.slot,
+            &self.owner,
+            self.ttl_ms,
+        );
         let limit = renew_timeout(Duration::from_millis(self.ttl_ms));
-        match self.link.script::<i64>(limit, &invocation).await {
+        match call.run::<i64>(&self.link, limit).await {
             Ok(1) => Ok(Renewal {
                 ttl: Some(Duration::from_millis(self.ttl_ms)),
             }),
@@ -87,25 +81,8 @@ impl Lease for RedisLease {
     }
 
     async fn release(self: Box<Self>) -> Result<(), BackendError> {
-        let mut invocation = match self.mode {
-            Mode::Exclusive => {
-                let mut invocation = scripts::RELEASE.prepare_invoke();
-                invocation.key(self.keys.slot(self.grant.slot));
-                invocation
-            }
-            Mode::Shared => {
-                let mut invocation = scripts::RELEASE_SHARED.prepare_invoke();
-                invocation.key(self.keys.readers()).key(self.keys.rinfo());
-                invocation
-            }
-        };
-        invocation
-            .key(self.keys.meta())
-            .key(self.keys.queue())
-            .key(self.keys.xqueue())
-            .arg(&self.owner)
-            .arg(self.keys.wake_prefix());
-        let released: i64 = self.link.script(REQUEST_TIMEOUT, &invocation).await?;
+        let call = release_call(&self.keys, self.mode, self.grant.slot, &self.owner);
+        let released: i64 = call.run(&self.link, REQUEST_TIMEOUT).await?;
         if released == 0 {
             crate::info!("the lease was no longer this run's; nothing to release");
         }
@@ -113,27 +90,42 @@ impl Lease for RedisLease {
     }
 
     async fn revoked(&self) {
-        let mut subscription = self.revocations.lock().await;
-        if let Some(current) = subscription.as_mut() {
-            if current.rung().await {
+        let channel = format!("{}{}", self.keys.revoke_prefix(), self.owner);
+        let open = || Subscription::open(&self.link, &channel);
+        listen_for_revocation(&self.revocations, "the revocation channel broke", open).await;
+    }
+}
+
+/// What a lease's `revoked` does on a Redis server or on redlock masters: resolves when the
+/// holder's revocation channel (kept in `listener`, opened with `open`) rings, or once a broken
+/// or missing one is open again, after [`LISTEN_AFTER`] (so a short command never opens it), so
+/// that the supervisor checks at once: a release that came before the listener is found too.
+/// `broke` is what the debug message says when the listener broke.
+pub async fn listen_for_revocation<B, F>(
+    listener: &tokio::sync::Mutex<Option<B>>,
+    broke: &str,
+    open: impl Fn() -> F,
+) where
+    B: Doorbell,
+    F: Future<Output = Result<B, BackendError>>,
+{
+    let mut listener = listener.lock().await;
+    if let Some(current) = listener.as_mut() {
+        if current.rung().await {
+            return;
+        }
+        crate::debug!("{broke}; listening again");
+        *listener = None;
+    }
+    tokio::time::sleep(LISTEN_AFTER).await;
+    loop {
+        match open().await {
+            Ok(made) => {
+                *listener = Some(made);
                 return;
             }
-            crate::debug!("the revocation channel broke; listening again");
-            *subscription = None;
+            Err(e) => crate::debug!("cannot listen for a forced release ({e})"),
         }
-        tokio::time::sleep(LISTEN_AFTER).await;
-        let channel = format!("{}{}", self.keys.revoke_prefix(), self.owner);
-        loop {
-            match Subscription::open(&self.link, &channel).await {
-                Ok(made) => {
-                    *subscription = Some(made);
-                    // Resolving now makes the supervisor check at once: a release that came
-                    // before the subscription is found too.
-                    return;
-                }
-                Err(e) => crate::debug!("cannot listen for a forced release ({e})"),
-            }
-            tokio::time::sleep(SAFETY_RECHECK).await;
-        }
+        tokio::time::sleep(SAFETY_RECHECK).await;
     }
 }

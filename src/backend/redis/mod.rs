@@ -11,7 +11,7 @@ pub(super) mod connect;
 pub(super) mod doorbell;
 mod inspect;
 pub(super) mod keys;
-mod lease;
+pub(super) mod lease;
 mod line;
 pub(super) mod scripts;
 mod settings;

@@ -1,11 +1,17 @@
 //! The server-side scripts, one per operation that must be atomic. Each is a `.lua` file beside
 //! this module (under `lua/`), documented there; the scripts that free a place are prefixed with
-//! `wake.lua`, the one way of waking the next waiters. They are sent by hash and loaded on first
-//! use, including after a server restart.
+//! `wake.lua`, the one way of waking the next waiters, and the acquire script with
+//! `acquire_opening.lua`, which redlock's acquire script shares. They are sent by hash and loaded
+//! on first use, including after a server restart. [`Call`] is one invocation of a script.
 
 use std::sync::LazyLock;
+use std::time::Duration;
 
-use redis::Script;
+use redis::{FromRedisValue, Script, ToRedisArgs};
+
+use super::connect::Link;
+use super::keys::Keys;
+use crate::backend::{BackendError, Mode};
 
 /// The waking helper that the scripts freeing a place share.
 const WAKE: &str = include_str!("lua/wake.lua");
@@ -15,9 +21,18 @@ pub fn with_wake(body: &str) -> Script {
     Script::new(&format!("{WAKE}{body}"))
 }
 
+/// The opening that every try to acquire shares (here and on a redlock master).
+const ACQUIRE_OPENING: &str = include_str!("lua/acquire_opening.lua");
+
+/// A script that tries to acquire, after the opening that reads its keys, arguments and clock
+/// (see `lua/acquire_opening.lua`).
+pub fn with_acquire_opening(body: &str) -> Script {
+    Script::new(&format!("{ACQUIRE_OPENING}{body}"))
+}
+
 /// Take a free slot (or a shared hold) in turn, or keep the caller in line.
 pub static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lua/acquire.lua")));
+    LazyLock::new(|| with_acquire_opening(include_str!("lua/acquire.lua")));
 /// Extend an exclusive slot this run owns.
 pub static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/renew.lua")));
 /// Extend a shared hold this run owns.
@@ -38,3 +53,78 @@ pub static STATUS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!(
 /// `--min-interval`: record a run unless the last was too recent.
 pub static CLAIM_INTERVAL: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/claim_interval.lua")));
+
+/// One script invocation: its keys and arguments, run on one server (or on each redlock master).
+#[derive(Clone)]
+pub struct Call {
+    script: &'static Script,
+    keys: Vec<String>,
+    args: Vec<Vec<u8>>,
+}
+
+impl Call {
+    pub fn new(script: &'static Script) -> Self {
+        Call {
+            script,
+            keys: Vec::new(),
+            args: Vec::new(),
+        }
+    }
+
+    pub fn key(mut self, key: String) -> Self {
+        self.keys.push(key);
+        self
+    }
+
+    pub fn keys(mut self, keys: impl IntoIterator<Item = String>) -> Self {
+        self.keys.extend(keys);
+        self
+    }
+
+    pub fn arg(mut self, arg: impl ToRedisArgs) -> Self {
+        self.args.extend(arg.to_redis_args());
+        self
+    }
+
+    /// Runs the invocation on `link`, giving up after `limit`.
+    pub async fn run<T>(&self, link: &Link, limit: Duration) -> Result<T, BackendError>
+    where
+        T: FromRedisValue + Send,
+    {
+        let mut invocation = self.script.prepare_invoke();
+        for key in &self.keys {
+            invocation.key(key);
+        }
+        for arg in &self.args {
+            invocation.arg(arg);
+        }
+        link.script(limit, &invocation).await
+    }
+}
+
+/// The owner-checked renewal of a run's hold, `slot` or its shared hold, for `ttl_ms` more: as sent
+/// to a Redis server, and to each redlock master.
+pub fn renew_call(keys: &Keys, mode: Mode, slot: u32, owner: &str, ttl_ms: u64) -> Call {
+    match mode {
+        Mode::Exclusive => Call::new(&RENEW).key(keys.slot(slot)),
+        Mode::Shared => Call::new(&RENEW_SHARED).key(keys.readers()),
+    }
+    .arg(owner)
+    .arg(ttl_ms)
+}
+
+/// The owner-checked release of a run's hold, `slot` or its shared hold, which wakes whoever is
+/// next: as sent to a Redis server, and to each redlock master.
+pub fn release_call(keys: &Keys, mode: Mode, slot: u32, owner: &str) -> Call {
+    match mode {
+        Mode::Exclusive => Call::new(&RELEASE).key(keys.slot(slot)),
+        Mode::Shared => Call::new(&RELEASE_SHARED)
+            .key(keys.readers())
+            .key(keys.rinfo()),
+    }
+    .key(keys.meta())
+    .key(keys.queue())
+    .key(keys.xqueue())
+    .arg(owner)
+    .arg(keys.wake_prefix())
+}

@@ -17,17 +17,13 @@ use async_trait::async_trait;
 
 use super::bells::Bells;
 use super::masters::Masters;
-use super::scripts::{Call, RELEASE, RELEASE_SHARED, RENEW, RENEW_SHARED};
+use super::scripts::{release_call, renew_call};
 use super::timing::{millis, validity};
 use crate::backend::redis::connect::REQUEST_TIMEOUT;
 use crate::backend::redis::keys::Keys;
-use crate::backend::waiting::line::Doorbell;
-use crate::backend::waiting::policy::{SAFETY_RECHECK, renew_timeout};
+use crate::backend::redis::lease::listen_for_revocation;
+use crate::backend::waiting::policy::renew_timeout;
 use crate::backend::{BackendError, Grant, Lease, Mode, RenewError, Renewal};
-
-/// How long after the command started the holder begins listening for a forced release (as on
-/// Redis: a short command never opens the subscriptions).
-const LISTEN_AFTER: Duration = Duration::from_millis(250);
 
 /// A hold of this run's on a quorum of masters.
 pub struct RedlockLease {
@@ -62,12 +58,13 @@ impl Lease for RedlockLease {
     }
 
     async fn renew(&self) -> Result<Renewal, RenewError> {
-        let call = match self.mode {
-            Mode::Exclusive => Call::new(&RENEW).key(self.keys.slot(self.grant.slot)),
-            Mode::Shared => Call::new(&RENEW_SHARED).key(self.keys.readers()),
-        }
-        .arg(&self.owner)
-        .arg(millis(self.ttl));
+        let call = renew_call(
+            &self.keys,
+            self.mode,
+            self.grant.slot,
+            &self.owner,
+            millis(self.ttl),
+        );
         let masters = &self.masters;
         let (n, quorum) = (masters.len(), masters.quorum());
         let mut round = masters.call::<i64>(&call, renew_timeout(self.ttl));
@@ -110,17 +107,7 @@ impl Lease for RedlockLease {
     }
 
     async fn release(self: Box<Self>) -> Result<(), BackendError> {
-        let call = match self.mode {
-            Mode::Exclusive => Call::new(&RELEASE).key(self.keys.slot(self.grant.slot)),
-            Mode::Shared => Call::new(&RELEASE_SHARED)
-                .key(self.keys.readers())
-                .key(self.keys.rinfo()),
-        }
-        .key(self.keys.meta())
-        .key(self.keys.queue())
-        .key(self.keys.xqueue())
-        .arg(&self.owner)
-        .arg(self.keys.wake_prefix());
+        let call = release_call(&self.keys, self.mode, self.grant.slot, &self.owner);
         let round = self.masters.call::<i64>(&call, REQUEST_TIMEOUT);
         let released = self.masters.quorum_of(round).await?;
         if released.iter().all(|(_, n)| *n == 0) {
@@ -130,27 +117,8 @@ impl Lease for RedlockLease {
     }
 
     async fn revoked(&self) {
-        let mut bells = self.revocations.lock().await;
-        if let Some(current) = bells.as_mut() {
-            if current.rung().await {
-                return;
-            }
-            crate::debug!("a revocation channel broke; listening again");
-            *bells = None;
-        }
-        tokio::time::sleep(LISTEN_AFTER).await;
         let channel = format!("{}{}", self.keys.revoke_prefix(), self.owner);
-        loop {
-            match Bells::open(&self.masters, &channel).await {
-                Ok(made) => {
-                    *bells = Some(made);
-                    // Resolving now makes the supervisor check at once: a release that came
-                    // before the subscriptions is found too.
-                    return;
-                }
-                Err(e) => crate::debug!("cannot listen for a forced release ({e})"),
-            }
-            tokio::time::sleep(SAFETY_RECHECK).await;
-        }
+        let open = || Bells::open(&self.masters, &channel);
+        listen_for_revocation(&self.revocations, "a revocation channel broke", open).await;
     }
 }
