@@ -1,6 +1,7 @@
-//! What the SQL backends (PostgreSQL, MySQL) share in reading their URLs: the operating-system user
-//! as the default user name, and the rule for the names lockrun splices into SQL (MySQL's table
-//! prefix, PostgreSQL's schema).
+//! What the SQL backends (PostgreSQL, MySQL) share in naming things: the operating-system user as
+//! the default user name, the rule for the names lockrun splices into SQL (MySQL's table prefix,
+//! PostgreSQL's schema), and the stable hash that names server-side locks and channels after
+//! longer text.
 
 /// The operating-system user, the database clients' default user name; `fallback` when it cannot
 /// be found.
@@ -24,6 +25,13 @@ pub fn is_plain_name(name: &str, max_len: usize) -> bool {
         && !name.as_bytes()[0].is_ascii_digit()
 }
 
+/// FNV-1a, 64 bits: stable across builds and platforms.
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &b| {
+        (hash ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -36,5 +44,11 @@ mod tests {
         }
         assert!(is_plain_name(&"x".repeat(40), 40));
         assert!(!is_plain_name(&"x".repeat(41), 40));
+    }
+
+    #[test]
+    fn fnv1a_is_the_published_function() {
+        assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
     }
 }
