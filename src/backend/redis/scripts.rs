@@ -1,8 +1,9 @@
 //! The server-side scripts, one per operation that must be atomic. Each is a `.lua` file beside
 //! this module (under `lua/`), documented there; the scripts that free a place are prefixed with
-//! `wake.lua`, the one way of waking the next waiters, and the acquire script with
-//! `acquire_opening.lua`, which redlock's acquire script shares. They are sent by hash and loaded
-//! on first use, including after a server restart. [`Call`] is one invocation of a script.
+//! `wake.lua`, the one way of waking the next waiters (leave with `drop_holds.lua` too), and the
+//! acquire script with `acquire_opening.lua`; redlock's scripts share both. They are sent by hash
+//! and loaded on first use, including after a server restart. [`Call`] is one invocation of a
+//! script.
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -15,6 +16,10 @@ use crate::backend::{BackendError, Mode};
 
 /// The waking helper that the scripts freeing a place share.
 const WAKE: &str = include_str!("lua/wake.lua");
+
+/// Dropping whatever one run holds on a name, shared by the scripts that do (see
+/// `lua/drop_holds.lua`); redlock's retreat is one.
+pub const DROP_HOLDS: &str = include_str!("lua/drop_holds.lua");
 
 /// A script whose body may call `wake_head` (see `lua/wake.lua`).
 pub fn with_wake(body: &str) -> Script {
@@ -44,7 +49,8 @@ pub static RELEASE: LazyLock<Script> = LazyLock::new(|| with_wake(include_str!("
 pub static RELEASE_SHARED: LazyLock<Script> =
     LazyLock::new(|| with_wake(include_str!("lua/release_shared.lua")));
 /// Leave the line after giving up.
-pub static LEAVE: LazyLock<Script> = LazyLock::new(|| with_wake(include_str!("lua/leave.lua")));
+pub static LEAVE: LazyLock<Script> =
+    LazyLock::new(|| with_wake(&format!("{DROP_HOLDS}{}", include_str!("lua/leave.lua"))));
 /// Drop every holder of a name.
 pub static FORCE_RELEASE: LazyLock<Script> =
     LazyLock::new(|| with_wake(include_str!("lua/force_release.lua")));

@@ -9,7 +9,7 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-use crate::backend::redis::scripts::{with_acquire_opening, with_wake};
+use crate::backend::redis::scripts::{DROP_HOLDS, with_acquire_opening, with_wake};
 
 pub use crate::backend::redis::keys::line_keys;
 pub use crate::backend::redis::scripts::{
@@ -20,7 +20,8 @@ pub use crate::backend::redis::scripts::{
 pub static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| with_acquire_opening(include_str!("lua/acquire.lua")));
 /// Drop what a round that won no quorum took, keeping the place in line.
-pub static RETREAT: LazyLock<Script> = LazyLock::new(|| with_wake(include_str!("lua/retreat.lua")));
+pub static RETREAT: LazyLock<Script> =
+    LazyLock::new(|| with_wake(&format!("{DROP_HOLDS}{}", include_str!("lua/retreat.lua"))));
 /// Write the chosen fencing token back.
 pub static FENCE: LazyLock<Script> = LazyLock::new(|| with_wake(include_str!("lua/fence.lua")));
 /// Holders and waiters on one master, with their ids.
