@@ -11,8 +11,7 @@ use std::time::Duration;
 use redis::{FromRedisValue, Script, ToRedisArgs};
 
 use super::connect::Link;
-use super::keys::Keys;
-use crate::backend::{BackendError, Mode};
+use crate::backend::BackendError;
 
 /// The waking helper that the scripts freeing a place share.
 const WAKE: &str = include_str!("lua/wake.lua");
@@ -106,31 +105,4 @@ impl Call {
         }
         link.script(limit, &invocation).await
     }
-}
-
-/// The owner-checked renewal of a run's hold, `slot` or its shared hold, for `ttl_ms` more: as sent
-/// to a Redis server, and to each redlock master.
-pub fn renew_call(keys: &Keys, mode: Mode, slot: u32, owner: &str, ttl_ms: u64) -> Call {
-    match mode {
-        Mode::Exclusive => Call::new(&RENEW).key(keys.slot(slot)),
-        Mode::Shared => Call::new(&RENEW_SHARED).key(keys.readers()),
-    }
-    .arg(owner)
-    .arg(ttl_ms)
-}
-
-/// The owner-checked release of a run's hold, `slot` or its shared hold, which wakes whoever is
-/// next: as sent to a Redis server, and to each redlock master.
-pub fn release_call(keys: &Keys, mode: Mode, slot: u32, owner: &str) -> Call {
-    match mode {
-        Mode::Exclusive => Call::new(&RELEASE).key(keys.slot(slot)),
-        Mode::Shared => Call::new(&RELEASE_SHARED)
-            .key(keys.readers())
-            .key(keys.rinfo()),
-    }
-    .key(keys.meta())
-    .key(keys.queue())
-    .key(keys.xqueue())
-    .arg(owner)
-    .arg(keys.wake_prefix())
 }

@@ -17,23 +17,19 @@ use async_trait::async_trait;
 
 use super::bells::Bells;
 use super::masters::Masters;
-use super::scripts::{release_call, renew_call};
 use super::timing::{millis, validity};
 use crate::backend::redis::connect::REQUEST_TIMEOUT;
 use crate::backend::redis::keys::Keys;
-use crate::backend::redis::lease::listen_for_revocation;
+use crate::backend::redis::lease::{Hold, listen_for_revocation};
 use crate::backend::waiting::policy::renew_timeout;
 use crate::backend::{BackendError, Grant, Lease, Mode, RenewError, Renewal};
 
 /// A hold of this run's on a quorum of masters.
 pub struct RedlockLease {
     masters: Arc<Masters>,
-    keys: Keys,
-    mode: Mode,
-    owner: String,
+    hold: Hold,
     /// The lease length each master grants.
     ttl: Duration,
-    grant: Grant,
     revocations: tokio::sync::Mutex<Option<Bells>>,
 }
 
@@ -41,11 +37,8 @@ impl RedlockLease {
     pub fn new(masters: Arc<Masters>, keys: Keys, mode: Mode, owner: String, grant: Grant) -> Self {
         RedlockLease {
             masters,
-            keys,
-            mode,
-            owner,
             ttl: grant.ttl.unwrap_or_default(),
-            grant,
+            hold: Hold::new(keys, mode, owner, grant),
             revocations: tokio::sync::Mutex::new(None),
         }
     }
@@ -54,17 +47,11 @@ impl RedlockLease {
 #[async_trait]
 impl Lease for RedlockLease {
     fn grant(&self) -> Grant {
-        self.grant
+        self.hold.grant()
     }
 
     async fn renew(&self) -> Result<Renewal, RenewError> {
-        let call = renew_call(
-            &self.keys,
-            self.mode,
-            self.grant.slot,
-            &self.owner,
-            millis(self.ttl),
-        );
+        let call = self.hold.renew_call(millis(self.ttl));
         let masters = &self.masters;
         let (n, quorum) = (masters.len(), masters.quorum());
         let mut round = masters.call::<i64>(&call, renew_timeout(self.ttl));
@@ -107,7 +94,7 @@ impl Lease for RedlockLease {
     }
 
     async fn release(self: Box<Self>) -> Result<(), BackendError> {
-        let call = release_call(&self.keys, self.mode, self.grant.slot, &self.owner);
+        let call = self.hold.release_call();
         let round = self.masters.call::<i64>(&call, REQUEST_TIMEOUT);
         let released = self.masters.quorum_of(round).await?;
         if released.iter().all(|(_, n)| *n == 0) {
@@ -117,7 +104,7 @@ impl Lease for RedlockLease {
     }
 
     async fn revoked(&self) {
-        let channel = format!("{}{}", self.keys.revoke_prefix(), self.owner);
+        let channel = self.hold.revoke_channel();
         let open = || Bells::open(&self.masters, &channel);
         listen_for_revocation(&self.revocations, "a revocation channel broke", open).await;
     }

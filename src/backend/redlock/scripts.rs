@@ -12,9 +12,7 @@ use redis::Script;
 use crate::backend::redis::scripts::{DROP_HOLDS, with_acquire_opening, with_wake};
 
 pub use crate::backend::redis::keys::line_keys;
-pub use crate::backend::redis::scripts::{
-    CLAIM_INTERVAL, Call, FORCE_RELEASE, LEAVE, release_call, renew_call,
-};
+pub use crate::backend::redis::scripts::{CLAIM_INTERVAL, Call, FORCE_RELEASE, LEAVE};
 
 /// Take a hold on one master in turn (or keep one), or keep the caller in line there.
 pub static ACQUIRE: LazyLock<Script> =
