@@ -15,26 +15,8 @@
 -- string.format('%d'), never tostring (which would print 1.7e+15).
 --
 -- Prefixed with acquire_opening.lua, which reads the keys and arguments and the server's clock,
--- clears lapsed waiters and expired shared holders, and defines my_turn.
-local nreaders = redis.call('ZCARD', readers)
-
-local free = {}
-local soonest = -1
-for k = 1, limit do
-  local left = redis.call('PTTL', KEYS[8 + k])
-  if left == -2 then
-    free[#free + 1] = k - 1
-  elseif left >= 0 and (soonest < 0 or left < soonest) then
-    soonest = left
-  end
-end
-if nreaders > 0 then
-  local first = redis.call('ZRANGE', readers, 0, 0, 'WITHSCORES')
-  local left = tonumber(first[2]) - now_ms
-  if soonest < 0 or left < soonest then
-    soonest = left
-  end
-end
+-- clears lapsed waiters and expired shared holders, and defines holds_left and my_turn.
+local free, soonest, nreaders = holds_left()
 
 local rank = redis.call('ZRANK', queue, owner)
 local ticket = rank and tonumber(redis.call('ZSCORE', queue, owner))

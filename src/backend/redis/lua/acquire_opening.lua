@@ -2,7 +2,7 @@
 -- and on one master of a redlock:// set (src/backend/redlock/lua/acquire.lua), prepended to each:
 -- the keys and the arguments both read alike (KEYS and ARGV 1-7 as documented there), the
 -- server's clock, the cleanup of waiters whose heartbeat lapsed and of shared holders whose
--- lease ran out, and the rule of whose turn it is.
+-- lease ran out, what the holds leave free, and the rule of whose turn it is.
 if redis.replicate_commands then
   redis.replicate_commands()
 end
@@ -59,4 +59,28 @@ local function my_turn(ticket, rank, free, nreaders)
   end
   local place = rank or redis.call('ZCARD', queue)
   return nreaders == 0 and place < #free
+end
+
+-- What the holds leave: the free slots (numbered from 0), the shortest lease left in ms over the
+-- slots and the shared holders (-1 when none), and how many shared holders hold.
+local function holds_left()
+  local free = {}
+  local soonest = -1
+  for k = 1, limit do
+    local left = redis.call('PTTL', KEYS[8 + k])
+    if left == -2 then
+      free[#free + 1] = k - 1
+    elseif left >= 0 and (soonest < 0 or left < soonest) then
+      soonest = left
+    end
+  end
+  local nreaders = redis.call('ZCARD', readers)
+  if nreaders > 0 then
+    local first = redis.call('ZRANGE', readers, 0, 0, 'WITHSCORES')
+    local left = tonumber(first[2]) - now_ms
+    if soonest < 0 or left < soonest then
+      soonest = left
+    end
+  end
+  return free, soonest, nreaders
 end

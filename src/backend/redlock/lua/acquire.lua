@@ -30,7 +30,8 @@
 -- string.format('%d').
 --
 -- Prefixed with the Redis backend's acquire_opening.lua, which reads the keys and arguments 1-7
--- and the server's clock, clears lapsed waiters and expired shared holders, and defines my_turn.
+-- and the server's clock, clears lapsed waiters and expired shared holders, and defines holds_left
+-- and my_turn.
 local agreed = tonumber(ARGV[9])
 local preferred = tonumber(ARGV[10])
 
@@ -70,33 +71,17 @@ if shared then
     return {1, token, 0, 0, '', ticket or 0}
   end
 end
-local free = {}
-local soonest = -1
 for k = 1, limit do
   local key = KEYS[8 + k]
-  local holder = redis.call('HGET', key, 'owner')
-  if holder == owner then
+  if redis.call('HGET', key, 'owner') == owner then
     redis.call('PEXPIRE', key, ARGV[2])
     local token = propose()
     redis.call('HSET', key, 'token', int(token), 'info', ARGV[4])
     leave_line()
     return {1, token, k - 1, 0, '', ticket or 0}
   end
-  local left = redis.call('PTTL', key)
-  if left == -2 then
-    free[#free + 1] = k - 1
-  elseif left >= 0 and (soonest < 0 or left < soonest) then
-    soonest = left
-  end
 end
-local nreaders = redis.call('ZCARD', readers)
-if nreaders > 0 then
-  local first = redis.call('ZRANGE', readers, 0, 0, 'WITHSCORES')
-  local left = tonumber(first[2]) - now_ms
-  if soonest < 0 or left < soonest then
-    soonest = left
-  end
-end
+local free, soonest, nreaders = holds_left()
 
 local arrivals = tonumber(redis.call('HGET', meta, 'arrivals') or '0')
 local function arrived(t)
