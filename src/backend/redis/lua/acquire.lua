@@ -15,7 +15,8 @@
 -- string.format('%d'), never tostring (which would print 1.7e+15).
 --
 -- Prefixed with acquire_opening.lua, which reads the keys and arguments and the server's clock,
--- clears lapsed waiters and expired shared holders, and defines holds_left and my_turn.
+-- clears lapsed waiters and expired shared holders, and defines out_of_line, holds_left and
+-- my_turn.
 local free, soonest, nreaders = holds_left()
 
 local rank = redis.call('ZRANK', queue, owner)
@@ -50,11 +51,7 @@ if my_turn(ticket, rank, free, nreaders) then
     redis.call('PEXPIRE', key, ARGV[2])
   end
   if rank then
-    redis.call('ZREM', queue, owner)
-    redis.call('ZREM', xqueue, owner)
-    redis.call('ZREM', squeue, owner)
-    redis.call('ZREM', beats, owner)
-    redis.call('HDEL', qinfo, owner)
+    out_of_line(owner)
   end
   return {1, token, slot, 0, ''}
 end

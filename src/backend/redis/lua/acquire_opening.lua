@@ -2,7 +2,8 @@
 -- and on one master of a redlock:// set (src/backend/redlock/lua/acquire.lua), prepended to each:
 -- the keys and the arguments both read alike (KEYS and ARGV 1-7 as documented there), the
 -- server's clock, the cleanup of waiters whose heartbeat lapsed and of shared holders whose
--- lease ran out, what the holds leave free, and the rule of whose turn it is.
+-- lease ran out, taking a waiter out of the line, what the holds leave free, and the rule of whose
+-- turn it is.
 if redis.replicate_commands then
   redis.replicate_commands()
 end
@@ -19,6 +20,16 @@ local time = redis.call('TIME')
 local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
 local now_ms = math.floor(now_us / 1000)
 local function int(n) return string.format('%d', n) end
+
+-- Takes `id` out of the line: its place, its exclusive and --supersede entries, its heartbeat
+-- and its record.
+local function out_of_line(id)
+  redis.call('ZREM', queue, id)
+  redis.call('ZREM', xqueue, id)
+  redis.call('ZREM', squeue, id)
+  redis.call('ZREM', beats, id)
+  redis.call('HDEL', qinfo, id)
+end
 
 -- Waiters whose heartbeat lapsed have gone away: they leave the line.
 local cutoff = '(' .. int(now_ms)

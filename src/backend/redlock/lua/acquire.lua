@@ -30,8 +30,8 @@
 -- string.format('%d').
 --
 -- Prefixed with the Redis backend's acquire_opening.lua, which reads the keys and arguments 1-7
--- and the server's clock, clears lapsed waiters and expired shared holders, and defines holds_left
--- and my_turn.
+-- and the server's clock, clears lapsed waiters and expired shared holders, and defines
+-- out_of_line, holds_left and my_turn.
 local agreed = tonumber(ARGV[9])
 local preferred = tonumber(ARGV[10])
 
@@ -53,11 +53,7 @@ ticket = ticket and tonumber(ticket)
 
 local function leave_line()
   if ticket then
-    redis.call('ZREM', queue, owner)
-    redis.call('ZREM', xqueue, owner)
-    redis.call('ZREM', squeue, owner)
-    redis.call('ZREM', beats, owner)
-    redis.call('HDEL', qinfo, owner)
+    out_of_line(owner)
   end
 end
 
