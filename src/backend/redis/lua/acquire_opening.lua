@@ -33,15 +33,8 @@ end
 
 -- Waiters whose heartbeat lapsed have gone away: they leave the line.
 local cutoff = '(' .. int(now_ms)
-local gone = redis.call('ZRANGEBYSCORE', beats, '-inf', cutoff)
-for _, id in ipairs(gone) do
-  redis.call('ZREM', queue, id)
-  redis.call('ZREM', xqueue, id)
-  redis.call('ZREM', squeue, id)
-  redis.call('HDEL', qinfo, id)
-end
-if #gone > 0 then
-  redis.call('ZREMRANGEBYSCORE', beats, '-inf', cutoff)
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', beats, '-inf', cutoff)) do
+  out_of_line(id)
 end
 -- Shared holders whose lease ran out are gone.
 local expired = redis.call('ZRANGEBYSCORE', readers, '-inf', int(now_ms))
