@@ -12,9 +12,9 @@ use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
 
+use super::url::UrlForms;
 use super::{Backend, BackendError, etcd, file, mysql, postgres, redis, redlock, zookeeper};
 
-use super::url::UrlForms;
 pub use super::url::redact;
 
 /// The schemes lockrun knows, for messages.

@@ -9,7 +9,8 @@
 //! worded with [`Url::shown`], or with [`redact`] for text that could not be split at all.
 //!
 //! Each backend turns a [`Url`] into its own typed settings (`Settings::parse`), and judges the
-//! hosts, path and query there; this module knows nothing of any one backend.
+//! hosts, path and query there; this module knows nothing of any one backend. The settings hand
+//! the URL's [`UrlForms`] (as given, as shown, its secrets) to the rest of lockrun.
 
 use percent_encoding::percent_decode_str;
 
