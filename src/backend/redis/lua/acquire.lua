@@ -15,8 +15,8 @@
 -- string.format('%d'), never tostring (which would print 1.7e+15).
 --
 -- Prefixed with acquire_opening.lua, which reads the keys and arguments and the server's clock,
--- clears lapsed waiters and expired shared holders, and defines out_of_line, holds_left and
--- my_turn.
+-- clears lapsed waiters and expired shared holders, and defines out_of_line, holds_left, my_turn
+-- and take_hold.
 local free, soonest, nreaders = holds_left()
 
 local rank = redis.call('ZRANK', queue, owner)
@@ -40,16 +40,7 @@ if my_turn(ticket, rank, free, nreaders) then
   if limit > known then
     redis.call('HSET', meta, 'limit', ARGV[3])
   end
-  local slot = 0
-  if shared then
-    redis.call('ZADD', readers, int(now_ms + ttl), owner)
-    redis.call('HSET', rinfo, owner, int(token) .. '|' .. ARGV[4])
-  else
-    slot = free[1]
-    local key = KEYS[9 + slot]
-    redis.call('HSET', key, 'owner', owner, 'token', int(token), 'limit', ARGV[3], 'info', ARGV[4])
-    redis.call('PEXPIRE', key, ARGV[2])
-  end
+  local slot = take_hold(token, free[1])
   if rank then
     out_of_line(owner)
   end

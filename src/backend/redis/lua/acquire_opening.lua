@@ -2,8 +2,8 @@
 -- and on one master of a redlock:// set (src/backend/redlock/lua/acquire.lua), prepended to each:
 -- the keys and the arguments both read alike (KEYS and ARGV 1-7 as documented there), the
 -- server's clock, the cleanup of waiters whose heartbeat lapsed and of shared holders whose
--- lease ran out, taking a waiter out of the line, what the holds leave free, and the rule of whose
--- turn it is.
+-- lease ran out, taking a waiter out of the line, what the holds leave free, the rule of whose
+-- turn it is, and taking the hold.
 if redis.replicate_commands then
   redis.replicate_commands()
 end
@@ -87,4 +87,18 @@ local function holds_left()
     end
   end
   return free, soonest, nreaders
+end
+
+-- Takes the hold this caller's turn gives it, with fencing token `token`: a shared hold, or the
+-- free exclusive slot `slot`. Returns the slot held (0 for a shared hold).
+local function take_hold(token, slot)
+  if shared then
+    redis.call('ZADD', readers, int(now_ms + ttl), owner)
+    redis.call('HSET', rinfo, owner, int(token) .. '|' .. ARGV[4])
+    return 0
+  end
+  local key = KEYS[9 + slot]
+  redis.call('HSET', key, 'owner', owner, 'token', int(token), 'limit', ARGV[3], 'info', ARGV[4])
+  redis.call('PEXPIRE', key, ARGV[2])
+  return slot
 end

@@ -31,7 +31,7 @@
 --
 -- Prefixed with the Redis backend's acquire_opening.lua, which reads the keys and arguments 1-7
 -- and the server's clock, clears lapsed waiters and expired shared holders, and defines
--- out_of_line, holds_left and my_turn.
+-- out_of_line, holds_left, my_turn and take_hold.
 local agreed = tonumber(ARGV[9])
 local preferred = tonumber(ARGV[10])
 
@@ -127,21 +127,13 @@ end
 local rank = ticket and redis.call('ZRANK', queue, owner)
 if my_turn(ticket, rank, free, nreaders) then
   local token = propose()
-  local slot = 0
-  if shared then
-    redis.call('ZADD', readers, int(now_ms + ttl), owner)
-    redis.call('HSET', rinfo, owner, int(token) .. '|' .. ARGV[4])
-  else
-    slot = free[1]
-    for _, k in ipairs(free) do
-      if k == preferred then
-        slot = k
-      end
+  local slot = free[1]
+  for _, k in ipairs(free) do
+    if k == preferred then
+      slot = k
     end
-    local key = KEYS[9 + slot]
-    redis.call('HSET', key, 'owner', owner, 'token', int(token), 'limit', ARGV[3], 'info', ARGV[4])
-    redis.call('PEXPIRE', key, ARGV[2])
   end
+  slot = take_hold(token, slot)
   leave_line()
   return {1, token, slot, 0, '', ticket or 0}
 end
