@@ -88,7 +88,11 @@ impl Wire for RedisServer {
     }
 }
 
-const ACQUIRE_LUA: &str = include_str!("../src/backend/redis/lua/acquire.lua");
+/// The acquire script as sent: the opening that every try shares, then the acquire itself.
+const ACQUIRE_LUA: &str = concat!(
+    include_str!("../src/backend/redis/lua/acquire_opening.lua"),
+    include_str!("../src/backend/redis/lua/acquire.lua")
+);
 const RENEW_LUA: &str = include_str!("../src/backend/redis/lua/renew.lua");
 /// The release script as sent: the shared waking helper, then the release itself.
 const RELEASE_LUA: &str = concat!(

@@ -17,6 +17,7 @@ mod postgres;
 mod redis;
 mod redlock;
 mod spec;
+mod sql_names;
 mod url;
 mod waiting;
 mod zookeeper;

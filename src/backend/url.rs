@@ -9,7 +9,8 @@
 //! worded with [`Url::shown`], or with [`redact`] for text that could not be split at all.
 //!
 //! Each backend turns a [`Url`] into its own typed settings (`Settings::parse`), and judges the
-//! hosts, path and query there; this module knows nothing of any one backend.
+//! hosts, path and query there; this module knows nothing of any one backend. The settings hand
+//! the URL's [`UrlForms`] (as given, as shown, its secrets) to the rest of lockrun.
 
 use percent_encoding::percent_decode_str;
 
@@ -55,10 +56,46 @@ pub struct Url {
     pub path: String,
     /// Query pairs in order, keys and values decoded.
     pub query: Vec<(String, String)>,
-    shown: String,
-    secrets: Vec<String>,
+    forms: UrlForms,
     /// Query keys written as `key=value` (a bare word is no option name).
     named_keys: Vec<String>,
+}
+
+/// A backend URL in the forms the rest of lockrun sees: as given, password included (only for
+/// handing to another lockrun through a private file); as shown, the password replaced (the only
+/// form messages and `status` show); and every form of every secret it holds, for scrubbing
+/// messages.
+#[derive(Clone, Debug)]
+pub struct UrlForms {
+    given: String,
+    shown: String,
+    secrets: Vec<String>,
+}
+
+impl UrlForms {
+    /// Text that holds no secret: given and shown alike.
+    pub fn public(text: String) -> Self {
+        UrlForms {
+            given: text.clone(),
+            shown: text,
+            secrets: Vec::new(),
+        }
+    }
+
+    /// The URL as given, password included.
+    pub fn given(&self) -> &str {
+        &self.given
+    }
+
+    /// The URL with its password replaced by `***`.
+    pub fn shown(&self) -> &str {
+        &self.shown
+    }
+
+    /// Every form of every secret in the URL, longest first; empty when none.
+    pub fn secrets(&self) -> &[String] {
+        &self.secrets
+    }
 }
 
 /// Whether `key` looks like an option's name.
@@ -176,19 +213,27 @@ impl Url {
             hosts,
             path: decode(path.trim_start_matches('/')),
             query,
-            shown,
-            secrets,
+            forms: UrlForms {
+                given: raw.to_owned(),
+                shown,
+                secrets,
+            },
         })
+    }
+
+    /// The URL as given, as shown, and its secrets.
+    pub fn forms(&self) -> &UrlForms {
+        &self.forms
     }
 
     /// The URL with its password replaced by `***`: the only form a message may show.
     pub fn shown(&self) -> &str {
-        &self.shown
+        self.forms.shown()
     }
 
     /// Every form of every secret in the URL, longest first, for scrubbing messages.
     pub fn secrets(&self) -> &[String] {
-        &self.secrets
+        self.forms.secrets()
     }
 
     /// The value of query key `key` (the last one wins), if given.
@@ -349,7 +394,7 @@ pub fn redact(raw: &str) -> String {
         if let Ok(url) = Url::split(raw, lone) {
             let redis_like = url.scheme.starts_with("redis") || url.scheme == "redlock";
             if (lone == LoneUserinfo::Password) == redis_like {
-                return url.shown;
+                return url.forms.shown;
             }
         }
     }
@@ -366,6 +411,22 @@ pub fn redact(raw: &str) -> String {
         Some((_, after)) => format!("{scheme}***@{after}"),
         None => format!("{scheme}{rest}"),
     }
+}
+
+/// Test support: parses each of `bad` with `parse`, checks that each fails without showing the
+/// password `hunter2` the test URLs carry, and returns the errors for further checks.
+#[cfg(test)]
+pub fn refused_without_password<T: std::fmt::Debug>(
+    parse: impl Fn(&str) -> Result<T, String>,
+    bad: &[&str],
+) -> Vec<String> {
+    bad.iter()
+        .map(|raw| {
+            let err = parse(raw).expect_err(raw);
+            assert!(!err.contains("hunter2"), "{raw}: {err}");
+            err
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -119,7 +119,11 @@ pub fn a_release_right_after_a_restart_frees_the_name<F: Fixture>() {
     let out = holder.finish();
     assert_eq!(code(&out), 0, "{}", text(&out.stderr));
     // A renewal tried while the server was down may be reported; the release must not fail.
-    assert!(!text(&out.stderr).contains("release"), "{}", text(&out.stderr));
+    assert!(
+        !text(&out.stderr).contains("release"),
+        "{}",
+        text(&out.stderr)
+    );
     assert_eq!(s.status("after")["holders"], serde_json::json!([]));
 }
 

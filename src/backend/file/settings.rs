@@ -6,13 +6,15 @@ use std::path::{Path, PathBuf};
 use async_trait::async_trait;
 
 use super::FileBackend;
+use crate::backend::url::UrlForms;
 use crate::backend::{Backend, BackendError};
 
 /// Where the kernel locks live.
 #[derive(Clone, Debug)]
 pub struct Settings {
     dir: PathBuf,
-    shown: String,
+    /// `file://DIR`, which holds no secret.
+    forms: UrlForms,
 }
 
 impl Settings {
@@ -39,7 +41,7 @@ impl Settings {
 
     fn at(dir: PathBuf) -> Self {
         Settings {
-            shown: format!("file://{}", dir.display()),
+            forms: UrlForms::public(format!("file://{}", dir.display())),
             dir,
         }
     }
@@ -52,12 +54,8 @@ impl Settings {
 
 #[async_trait]
 impl crate::backend::Settings for Settings {
-    fn shown(&self) -> &str {
-        &self.shown
-    }
-
-    fn url(&self) -> String {
-        self.shown.clone()
+    fn forms(&self) -> &UrlForms {
+        &self.forms
     }
 
     async fn open(&self) -> Result<Box<dyn Backend>, BackendError> {

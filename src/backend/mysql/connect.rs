@@ -25,6 +25,7 @@ use super::settings::Settings;
 use super::sql::{self, Statements};
 use super::{schema, tls};
 use crate::backend::BackendError;
+use crate::backend::sql_names::fnv1a;
 use crate::backend::waiting::policy::owner_id;
 use crate::messages::{duration, fragment};
 
@@ -462,13 +463,6 @@ pub fn discard(conn: Conn) {
             let _ = tokio::time::timeout(QUIT_TIMEOUT, conn.disconnect()).await;
         });
     }
-}
-
-/// FNV-1a, 64 bits: stable across builds and platforms.
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &b| {
-        (hash ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
 }
 
 #[cfg(test)]

@@ -214,33 +214,34 @@ BEGIN
     WHERE name = p_name AND beat_until >= v_now ORDER BY ticket LIMIT 1;
   IF v_head = 0 AND v_readers = 0 AND v_used < v_limit THEN
     SET v_n = v_limit - v_used;
-    SET v_done = 0;
-    OPEN heads;
-    wake_heads: LOOP
-      FETCH heads INTO v_owner, v_bell;
-      IF v_done = 1 THEN LEAVE wake_heads; END IF;
-      UPDATE {waiters} SET rung = rung + 1 WHERE name = p_name AND owner = v_owner;
-      SET p_bells = CONCAT(p_bells, v_bell, ',');
-    END LOOP;
-    CLOSE heads;
-  ELSEIF v_head = 1 AND v_used = 0 THEN
+{wake_heads}  ELSEIF v_head = 1 AND v_used = 0 THEN
     SELECT MIN(ticket) INTO v_stop FROM {waiters}
       WHERE name = p_name AND shared = 0 AND beat_until >= v_now;
     SET v_stop = COALESCE(v_stop, 18446744073709551615);
-    SET v_done = 0;
-    OPEN readers;
-    wake_readers: LOOP
-      FETCH readers INTO v_owner, v_bell;
-      IF v_done = 1 THEN LEAVE wake_readers; END IF;
-      UPDATE {waiters} SET rung = rung + 1 WHERE name = p_name AND owner = v_owner;
-      SET p_bells = CONCAT(p_bells, v_bell, ',');
-    END LOOP;
-    CLOSE readers;
-  END IF;
+{wake_readers}  END IF;
 END",
         wake = t.wake,
         names = t.names,
         leases = t.leases,
+        waiters = t.waiters,
+        wake_heads = wake_each(t, "heads"),
+        wake_readers = wake_each(t, "readers"),
+    )
+}
+
+/// Inside `wake`: marks each waiter that `cursor` yields as woken and adds its bell to `p_bells`.
+fn wake_each(t: &Tables, cursor: &str) -> String {
+    format!(
+        "    SET v_done = 0;
+    OPEN {cursor};
+    wake_{cursor}: LOOP
+      FETCH {cursor} INTO v_owner, v_bell;
+      IF v_done = 1 THEN LEAVE wake_{cursor}; END IF;
+      UPDATE {waiters} SET rung = rung + 1 WHERE name = p_name AND owner = v_owner;
+      SET p_bells = CONCAT(p_bells, v_bell, ',');
+    END LOOP;
+    CLOSE {cursor};
+",
         waiters = t.waiters
     )
 }
@@ -376,124 +377,142 @@ BEGIN
     END IF;
   END try;
   COMMIT;
-  IF v_bells <> '' THEN
-    CALL {ring}(v_bells, '');
-  END IF;
-  SELECT v_taken, v_token, COALESCE(v_slot, 0), v_soonest, v_superseded, v_by, v_rung;
+{ring_bells}  SELECT v_taken, v_token, COALESCE(v_slot, 0), v_soonest, v_superseded, v_by, v_rung;
 END",
         acquire = t.procedure("acquire"),
         names = t.names,
         leases = t.leases,
         waiters = t.waiters,
-        ring = t.ring
+        ring_bells = ring(t, "v_bells", ""),
     )
 }
 
 /// `release(name, owner)`: drops this owner's hold, if it still has one, and wakes whoever is
 /// next. Returns one row: how many holds were dropped (0 or 1).
 fn release_body(t: &Tables) -> String {
-    format!(
-        "CREATE PROCEDURE `{release}`(IN p_name VARBINARY(200), IN p_owner VARBINARY(32))
-SQL SECURITY INVOKER MODIFIES SQL DATA
-BEGIN
-  DECLARE v_limit INT DEFAULT 1;
-  DECLARE v_released INT DEFAULT 0;
-  DECLARE v_bells TEXT DEFAULT '';
-  DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
-  START TRANSACTION;
-  SELECT max_limit INTO v_limit FROM {names} WHERE name = p_name FOR UPDATE;
-  DELETE FROM {leases} WHERE name = p_name AND owner = p_owner;
+    Dropping {
+        what: "release",
+        params: OWNER_PARAMS,
+        count: "v_released",
+        interrupts_holders: false,
+        drops: &format!(
+            "  DELETE FROM {leases} WHERE name = p_name AND owner = p_owner;
   SET v_released = ROW_COUNT();
-  IF v_released > 0 THEN
-    CALL {wake}(p_name, v_bells);
-  END IF;
-  COMMIT;
-  IF v_bells <> '' THEN
-    CALL {ring}(v_bells, '');
-  END IF;
-  SELECT v_released;
-END",
-        release = t.procedure("release"),
-        names = t.names,
-        leases = t.leases,
-        wake = t.wake,
-        ring = t.ring
-    )
+",
+            leases = t.leases
+        ),
+    }
+    .body(t)
 }
 
 /// `leave(name, owner)`: a waiter that gives up leaves the line, drops a hold that one of its
 /// tries took if the answer never reached it, and wakes whoever is next. Returns one row: how
 /// many entries went.
 fn leave_body(t: &Tables) -> String {
-    format!(
-        "CREATE PROCEDURE `{leave}`(IN p_name VARBINARY(200), IN p_owner VARBINARY(32))
-SQL SECURITY INVOKER MODIFIES SQL DATA
-BEGIN
-  DECLARE v_limit INT DEFAULT 1;
-  DECLARE v_removed INT DEFAULT 0;
-  DECLARE v_bells TEXT DEFAULT '';
-  DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
-  START TRANSACTION;
-  SELECT max_limit INTO v_limit FROM {names} WHERE name = p_name FOR UPDATE;
-  DELETE FROM {leases} WHERE name = p_name AND owner = p_owner;
+    Dropping {
+        what: "leave",
+        params: OWNER_PARAMS,
+        count: "v_removed",
+        interrupts_holders: false,
+        drops: &format!(
+            "  DELETE FROM {leases} WHERE name = p_name AND owner = p_owner;
   SET v_removed = ROW_COUNT();
   DELETE FROM {waiters} WHERE name = p_name AND owner = p_owner;
   SET v_removed = v_removed + ROW_COUNT();
-  IF v_removed > 0 THEN
-    CALL {wake}(p_name, v_bells);
-  END IF;
-  COMMIT;
-  IF v_bells <> '' THEN
-    CALL {ring}(v_bells, '');
-  END IF;
-  SELECT v_removed;
-END",
-        leave = t.procedure("leave"),
-        names = t.names,
-        leases = t.leases,
-        waiters = t.waiters,
-        wake = t.wake,
-        ring = t.ring
-    )
+",
+            leases = t.leases,
+            waiters = t.waiters
+        ),
+    }
+    .body(t)
 }
 
 /// `force(name)`: break-glass. Drops every holder of the name, interrupts each one's listening
 /// connection so it stops its command at once, and wakes whoever is next; the token counter is
 /// untouched. Returns one row: how many live holders were dropped.
 fn force_body(t: &Tables) -> String {
-    format!(
-        "CREATE PROCEDURE `{force}`(IN p_name VARBINARY(200))
-SQL SECURITY INVOKER MODIFIES SQL DATA
-BEGIN
-  DECLARE v_limit INT DEFAULT 1;
-  DECLARE v_dropped INT DEFAULT 0;
-  DECLARE v_holders TEXT DEFAULT '';
-  DECLARE v_bells TEXT DEFAULT '';
-  DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
-  START TRANSACTION;
-  SELECT max_limit INTO v_limit FROM {names} WHERE name = p_name FOR UPDATE;
-  SELECT COUNT(*), COALESCE(GROUP_CONCAT(bell SEPARATOR ','), '') INTO v_dropped, v_holders
+    Dropping {
+        what: "force",
+        params: "IN p_name VARBINARY(200)",
+        count: "v_dropped",
+        interrupts_holders: true,
+        drops: &format!(
+            "  SELECT COUNT(*), COALESCE(GROUP_CONCAT(bell SEPARATOR ','), '') INTO v_dropped, v_holders
     FROM {leases} WHERE name = p_name AND expires_at > UTC_TIMESTAMP(6);
   IF v_holders <> '' THEN
     SET v_holders = CONCAT(v_holders, ',');
   END IF;
   DELETE FROM {leases} WHERE name = p_name;
-  IF v_dropped > 0 THEN
+",
+            leases = t.leases
+        ),
+    }
+    .body(t)
+}
+
+/// The parameters of the procedures that act for one owner.
+const OWNER_PARAMS: &str = "IN p_name VARBINARY(200), IN p_owner VARBINARY(32)";
+
+/// A procedure that drops some of a name's entries and wakes whoever is next: in one transaction
+/// that locks the name's row first, `drops` deletes rows and counts them in `count`; when any
+/// went, `wake` marks the next waiters; after the commit their bells are rung. Returns one row:
+/// that count.
+struct Dropping<'a> {
+    /// The procedure, as in [`procedure`].
+    what: &'a str,
+    params: &'a str,
+    /// The variable `drops` counts the dropped entries in.
+    count: &'a str,
+    /// Whether `drops` also collects the dropped holders' bells in `v_holders`, whose listening
+    /// connections are then interrupted (`force`).
+    interrupts_holders: bool,
+    drops: &'a str,
+}
+
+impl Dropping<'_> {
+    fn body(&self, t: &Tables) -> String {
+        let (declare_holders, ring_holders) = match self.interrupts_holders {
+            true => (
+                "  DECLARE v_holders TEXT DEFAULT '';\n".to_owned(),
+                ring(t, "v_holders", ":r"),
+            ),
+            false => (String::new(), String::new()),
+        };
+        format!(
+            "CREATE PROCEDURE `{procedure}`({params})
+SQL SECURITY INVOKER MODIFIES SQL DATA
+BEGIN
+  DECLARE v_limit INT DEFAULT 1;
+  DECLARE {count} INT DEFAULT 0;
+{declare_holders}  DECLARE v_bells TEXT DEFAULT '';
+  DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+  START TRANSACTION;
+  SELECT max_limit INTO v_limit FROM {names} WHERE name = p_name FOR UPDATE;
+{drops}  IF {count} > 0 THEN
     CALL {wake}(p_name, v_bells);
   END IF;
   COMMIT;
-  IF v_holders <> '' THEN
-    CALL {ring}(v_holders, ':r');
-  END IF;
-  IF v_bells <> '' THEN
-    CALL {ring}(v_bells, '');
-  END IF;
-  SELECT v_dropped;
+{ring_holders}{ring_bells}  SELECT {count};
 END",
-        force = t.procedure("force"),
-        names = t.names,
-        leases = t.leases,
-        wake = t.wake,
+            procedure = t.procedure(self.what),
+            params = self.params,
+            count = self.count,
+            drops = self.drops,
+            names = t.names,
+            wake = t.wake,
+            ring_bells = ring(t, "v_bells", ""),
+        )
+    }
+}
+
+/// After a commit: interrupts the sessions of the comma-terminated bells in `bells` (a variable),
+/// each holding `lockrun:BELL` + `suffix`, if any.
+fn ring(t: &Tables, bells: &str, suffix: &str) -> String {
+    format!(
+        "  IF {bells} <> '' THEN
+    CALL {ring}({bells}, '{suffix}');
+  END IF;
+",
         ring = t.ring
     )
 }

@@ -19,7 +19,8 @@ use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
 
-use crate::backend::url::{HostPort, LoneUserinfo, Url};
+use crate::backend::sql_names::{is_plain_name, os_user_or};
+use crate::backend::url::{HostPort, LoneUserinfo, Url, UrlForms};
 use crate::backend::{Backend, BackendError};
 
 const DEFAULT_PORT: u16 = 3306;
@@ -63,7 +64,6 @@ pub struct Settings {
     /// Validated: safe to splice into identifiers.
     pub prefix: String,
     url: Url,
-    raw: String,
 }
 
 impl Settings {
@@ -120,7 +120,7 @@ impl Settings {
             .user
             .clone()
             .filter(|u| !u.is_empty())
-            .unwrap_or_else(os_user);
+            .unwrap_or_else(|| os_user_or("root"));
         Ok(Settings {
             endpoint,
             user,
@@ -129,7 +129,6 @@ impl Settings {
             tls,
             prefix,
             url,
-            raw: raw.to_owned(),
         })
     }
 
@@ -151,12 +150,8 @@ impl Settings {
 
 #[async_trait]
 impl crate::backend::Settings for Settings {
-    fn shown(&self) -> &str {
-        self.url.shown()
-    }
-
-    fn secrets(&self) -> &[String] {
-        self.url.secrets()
+    fn forms(&self) -> &UrlForms {
+        self.url.forms()
     }
 
     fn files(&self) -> Vec<(&'static str, &Path)> {
@@ -168,34 +163,14 @@ impl crate::backend::Settings for Settings {
         }
     }
 
-    fn url(&self) -> String {
-        self.raw.clone()
-    }
-
     async fn open(&self) -> Result<Box<dyn Backend>, BackendError> {
         super::line::open(self).await
     }
 }
 
-/// The operating-system user, the `mysql` client's default user name.
-fn os_user() -> String {
-    nix::unistd::User::from_uid(nix::unistd::getuid())
-        .ok()
-        .flatten()
-        .map(|u| u.name)
-        .or_else(|| std::env::var("USER").ok())
-        .unwrap_or_else(|| "root".into())
-}
-
 /// A table prefix lockrun accepts: lowercase letters, digits and `_`, not starting with a digit.
 fn validate_prefix(prefix: &str) -> Result<(), String> {
-    let valid = !prefix.is_empty()
-        && prefix.len() <= MAX_PREFIX_LEN
-        && prefix
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
-        && !prefix.as_bytes()[0].is_ascii_digit();
-    match valid {
+    match is_plain_name(prefix, MAX_PREFIX_LEN) {
         true => Ok(()),
         false => Err(format!(
             "lockrun_table_prefix {prefix:?}: use 1-{MAX_PREFIX_LEN} characters of a-z, 0-9 and _, \
@@ -207,6 +182,7 @@ fn validate_prefix(prefix: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::url::refused_without_password;
 
     fn parse(raw: &str) -> Settings {
         Settings::parse(raw).unwrap()
@@ -263,21 +239,21 @@ mod tests {
 
     #[test]
     fn rejects_what_it_cannot_use_without_the_password() {
-        for bad in [
-            "mysql://u:hunter2@h",
-            "mysql://u:hunter2@h/",
-            "mysql://u:hunter2@a,b/db",
-            "mysql://u:hunter2@h/a.b",
-            "mysql://u:hunter2@h/db?ssl-mode=bogus",
-            "mysql://u:hunter2@h/db?ssl-mode=DISABLED&ssl-ca=/x",
-            "mysql://u:hunter2@h/db?sslmode=require",
-            "mysql://u:hunter2@h/db?lockrun_table_prefix=Bad",
-            "mysql://u:hunter2@h/db?lockrun_table_prefix=1x",
-            "mysql://u:hunter2@h/db?lockrun_table_prefix=a-b",
-        ] {
-            let err = Settings::parse(bad).unwrap_err();
-            assert!(!err.contains("hunter2"), "{bad}: {err}");
-        }
+        refused_without_password(
+            Settings::parse,
+            &[
+                "mysql://u:hunter2@h",
+                "mysql://u:hunter2@h/",
+                "mysql://u:hunter2@a,b/db",
+                "mysql://u:hunter2@h/a.b",
+                "mysql://u:hunter2@h/db?ssl-mode=bogus",
+                "mysql://u:hunter2@h/db?ssl-mode=DISABLED&ssl-ca=/x",
+                "mysql://u:hunter2@h/db?sslmode=require",
+                "mysql://u:hunter2@h/db?lockrun_table_prefix=Bad",
+                "mysql://u:hunter2@h/db?lockrun_table_prefix=1x",
+                "mysql://u:hunter2@h/db?lockrun_table_prefix=a-b",
+            ],
+        );
         let long = format!("mysql://u@h/db?lockrun_table_prefix={}", "x".repeat(41));
         assert!(Settings::parse(&long).is_err());
     }

@@ -19,6 +19,8 @@
 //! A schema made by version 1 is migrated in place the first time a statement finds something
 //! missing (see [`super::link`]).
 
+use crate::backend::sql_names::fnv1a;
+
 /// The schema's DDL and functions, with `@S@` for the quoted schema.
 const SCHEMA_SQL: &str = include_str!("sql/schema.sql");
 
@@ -142,13 +144,6 @@ pub fn legacy_channel(schema: &str, name: &str) -> String {
 /// The advisory lock that serialises schema creation.
 fn advisory_key(schema: &str) -> i64 {
     i64::from_ne_bytes(fnv1a(format!("lockrun schema {schema}").as_bytes()).to_ne_bytes())
-}
-
-/// FNV-1a, 64 bits: stable across builds and platforms.
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &b| {
-        (hash ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
 }
 
 #[cfg(test)]

@@ -35,7 +35,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio_postgres::config::{ChannelBinding, Host, LoadBalanceHosts, SslMode, TargetSessionAttrs};
 
-use crate::backend::url::{LoneUserinfo, Url};
+use crate::backend::sql_names::{is_plain_name, os_user_or};
+use crate::backend::url::{LoneUserinfo, Url, UrlForms};
 use crate::backend::{Backend, BackendError};
 
 const DEFAULT_SCHEMA: &str = "lockrun";
@@ -68,6 +69,23 @@ const KEYS: &[&str] = &[
     "lockrun_schema",
 ];
 
+/// `target_session_attrs=`, libpq's names.
+const SESSION_ATTRS: &[(&str, TargetSessionAttrs)] = &[
+    ("any", TargetSessionAttrs::Any),
+    ("read-write", TargetSessionAttrs::ReadWrite),
+];
+/// `channel_binding=`, libpq's names.
+const CHANNEL_BINDINGS: &[(&str, ChannelBinding)] = &[
+    ("disable", ChannelBinding::Disable),
+    ("prefer", ChannelBinding::Prefer),
+    ("require", ChannelBinding::Require),
+];
+/// `load_balance_hosts=`, libpq's names.
+const HOST_BALANCING: &[(&str, LoadBalanceHosts)] = &[
+    ("disable", LoadBalanceHosts::Disable),
+    ("random", LoadBalanceHosts::Random),
+];
+
 /// Whether, and how, to use TLS.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Tls {
@@ -91,7 +109,6 @@ pub struct Settings {
     pub has_password: bool,
     url: Url,
     secrets: Vec<String>,
-    raw: String,
 }
 
 impl Settings {
@@ -173,7 +190,7 @@ impl Settings {
         }
 
         let user = pick("user", url.user.clone().filter(|u| !u.is_empty()), "PGUSER")
-            .unwrap_or_else(os_user);
+            .unwrap_or_else(|| os_user_or("postgres"));
         config.user(&user);
         let password = pick("password", url.password.clone(), "PGPASSWORD");
         if let Some(password) = &password {
@@ -214,38 +231,13 @@ impl Settings {
             None => Duration::from_secs(10),
         });
         if let Some(attrs) = pick("target_session_attrs", None, "PGTARGETSESSIONATTRS") {
-            config.target_session_attrs(match attrs.as_str() {
-                "any" => TargetSessionAttrs::Any,
-                "read-write" => TargetSessionAttrs::ReadWrite,
-                other => {
-                    return Err(format!(
-                        "target_session_attrs {other:?}: use any or read-write"
-                    ));
-                }
-            });
+            config.target_session_attrs(one_of("target_session_attrs", &attrs, SESSION_ATTRS)?);
         }
         if let Some(binding) = url.param("channel_binding") {
-            config.channel_binding(match binding {
-                "disable" => ChannelBinding::Disable,
-                "prefer" => ChannelBinding::Prefer,
-                "require" => ChannelBinding::Require,
-                other => {
-                    return Err(format!(
-                        "channel_binding {other:?}: use disable, prefer or require"
-                    ));
-                }
-            });
+            config.channel_binding(one_of("channel_binding", binding, CHANNEL_BINDINGS)?);
         }
         if let Some(balance) = url.param("load_balance_hosts") {
-            config.load_balance_hosts(match balance {
-                "disable" => LoadBalanceHosts::Disable,
-                "random" => LoadBalanceHosts::Random,
-                other => {
-                    return Err(format!(
-                        "load_balance_hosts {other:?}: use disable or random"
-                    ));
-                }
-            });
+            config.load_balance_hosts(one_of("load_balance_hosts", balance, HOST_BALANCING)?);
         }
 
         let schema = url
@@ -282,7 +274,6 @@ impl Settings {
             schema,
             url,
             secrets,
-            raw: raw.to_owned(),
         })
     }
 
@@ -303,12 +294,8 @@ impl Settings {
 
 #[async_trait]
 impl crate::backend::Settings for Settings {
-    fn shown(&self) -> &str {
-        self.url.shown()
-    }
-
-    fn secrets(&self) -> &[String] {
-        self.url.secrets()
+    fn forms(&self) -> &UrlForms {
+        self.url.forms()
     }
 
     fn files(&self) -> Vec<(&'static str, &Path)> {
@@ -318,13 +305,23 @@ impl crate::backend::Settings for Settings {
         }
     }
 
-    fn url(&self) -> String {
-        self.raw.clone()
-    }
-
     async fn open(&self) -> Result<Box<dyn Backend>, BackendError> {
         super::line::open(self).await
     }
+}
+
+/// What `value` of option `key` stands for among `choices`; the error names every choice.
+fn one_of<T: Clone>(key: &str, value: &str, choices: &[(&str, T)]) -> Result<T, String> {
+    if let Some((_, meaning)) = choices.iter().find(|(name, _)| *name == value) {
+        return Ok(meaning.clone());
+    }
+    let names: Vec<&str> = choices.iter().map(|(name, _)| *name).collect();
+    let spoken = match names.split_last() {
+        Some((last, [])) => last.to_string(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => String::new(),
+    };
+    Err(format!("{key} {value:?}: use {spoken}"))
 }
 
 /// `host:port` for each host the client may try.
@@ -350,26 +347,9 @@ fn endpoint_of(config: &tokio_postgres::Config) -> String {
         .join(",")
 }
 
-/// The operating-system user, libpq's default user name.
-fn os_user() -> String {
-    nix::unistd::User::from_uid(nix::unistd::getuid())
-        .ok()
-        .flatten()
-        .map(|u| u.name)
-        .or_else(|| std::env::var("USER").ok())
-        .unwrap_or_else(|| "postgres".into())
-}
-
 /// A schema name lockrun accepts: lowercase letters, digits and `_`, not starting with a digit.
 fn validate_schema(schema: &str) -> Result<(), String> {
-    let valid = !schema.is_empty()
-        && schema.len() <= MAX_SCHEMA_LEN
-        && schema
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
-        && !schema.as_bytes()[0].is_ascii_digit()
-        && !schema.starts_with("pg_");
-    match valid {
+    match is_plain_name(schema, MAX_SCHEMA_LEN) && !schema.starts_with("pg_") {
         true => Ok(()),
         false => Err(format!(
             "lockrun_schema {schema:?}: use 1-{MAX_SCHEMA_LEN} characters of a-z, 0-9 and _, \
@@ -381,6 +361,7 @@ fn validate_schema(schema: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::url::refused_without_password;
 
     fn parse(raw: &str) -> Settings {
         Settings::parse_with(raw, |_| None).unwrap()
@@ -456,14 +437,32 @@ mod tests {
             let err = Settings::parse_with(&url, |_| None).unwrap_err();
             assert!(err.contains("lockrun_schema"), "{err}");
         }
-        for bad in [
-            "postgres://h/db?sslmode=bogus",
-            "postgres://h/db?nosuch=1",
-            "postgres://h/db?port=0",
-            "postgres://a,b/db?port=1,2,3",
-            "postgres://h/db?target_session_attrs=x",
+        refused_without_password(
+            |bad| Settings::parse_with(bad, |_| None),
+            &[
+                "postgres://h/db?sslmode=bogus",
+                "postgres://h/db?nosuch=1",
+                "postgres://h/db?port=0",
+                "postgres://a,b/db?port=1,2,3",
+                "postgres://h/db?target_session_attrs=x",
+            ],
+        );
+        for (query, err) in [
+            (
+                "target_session_attrs=x",
+                "target_session_attrs \"x\": use any or read-write",
+            ),
+            (
+                "channel_binding=x",
+                "channel_binding \"x\": use disable, prefer or require",
+            ),
+            (
+                "load_balance_hosts=x",
+                "load_balance_hosts \"x\": use disable or random",
+            ),
         ] {
-            assert!(Settings::parse_with(bad, |_| None).is_err(), "{bad}");
+            let url = format!("postgres://h/db?{query}");
+            assert_eq!(Settings::parse_with(&url, |_| None).unwrap_err(), err);
         }
     }
 }

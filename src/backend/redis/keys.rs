@@ -98,7 +98,8 @@ impl Keys {
     }
 }
 
-/// The keys of a name that the scripts touching its whole line take first, in the scripts' order.
+/// The keys of a name that every script touching its whole line takes first, in the scripts'
+/// order (on a Redis server and on each redlock master alike).
 pub fn line_keys(keys: &Keys) -> [String; 8] {
     [
         keys.meta(),

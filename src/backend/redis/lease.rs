@@ -7,6 +7,9 @@
 //! deadline decides when the command must stop. `release --force` publishes on this holder's own
 //! revocation channel, which the lease listens to (on a connection of its own, opened once the
 //! command runs) so the supervisor can check at once rather than at the next renewal.
+//!
+//! [`Hold`] (the renew and release invocations) and [`listen_for_revocation`] serve redlock's
+//! lease too, which sends the same scripts to every master.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,7 +19,7 @@ use async_trait::async_trait;
 use super::connect::{Link, REQUEST_TIMEOUT};
 use super::doorbell::Subscription;
 use super::keys::Keys;
-use super::scripts;
+use super::scripts::{self, Call};
 use crate::backend::waiting::line::Doorbell;
 use crate::backend::waiting::policy::{SAFETY_RECHECK, renew_timeout};
 use crate::backend::{BackendError, Grant, Lease, Mode, RenewError, Renewal};
@@ -26,14 +29,65 @@ use crate::backend::{BackendError, Grant, Lease, Mode, RenewError, Renewal};
 /// covers a release that came before it.
 const LISTEN_AFTER: Duration = Duration::from_millis(250);
 
-/// A slot or shared hold of this run.
-pub struct RedisLease {
-    link: Arc<Link>,
+/// A run's hold on a name as the owner-checked scripts see it, on one Redis server or on each
+/// redlock master: the name's keys, the mode, this run's owner id and what was granted.
+pub struct Hold {
     keys: Keys,
     mode: Mode,
     owner: String,
-    ttl_ms: u64,
     grant: Grant,
+}
+
+impl Hold {
+    pub fn new(keys: Keys, mode: Mode, owner: String, grant: Grant) -> Self {
+        Hold {
+            keys,
+            mode,
+            owner,
+            grant,
+        }
+    }
+
+    pub fn grant(&self) -> Grant {
+        self.grant
+    }
+
+    /// The renewal of the hold (its slot, or its shared hold) for `ttl_ms` more.
+    pub fn renew_call(&self, ttl_ms: u64) -> Call {
+        match self.mode {
+            Mode::Exclusive => Call::new(&scripts::RENEW).key(self.keys.slot(self.grant.slot)),
+            Mode::Shared => Call::new(&scripts::RENEW_SHARED).key(self.keys.readers()),
+        }
+        .arg(&self.owner)
+        .arg(ttl_ms)
+    }
+
+    /// The release of the hold, which wakes whoever is next.
+    pub fn release_call(&self) -> Call {
+        match self.mode {
+            Mode::Exclusive => Call::new(&scripts::RELEASE).key(self.keys.slot(self.grant.slot)),
+            Mode::Shared => Call::new(&scripts::RELEASE_SHARED)
+                .key(self.keys.readers())
+                .key(self.keys.rinfo()),
+        }
+        .key(self.keys.meta())
+        .key(self.keys.queue())
+        .key(self.keys.xqueue())
+        .arg(&self.owner)
+        .arg(self.keys.wake_prefix())
+    }
+
+    /// The channel `release --force` tells this holder on.
+    pub fn revoke_channel(&self) -> String {
+        format!("{}{}", self.keys.revoke_prefix(), self.owner)
+    }
+}
+
+/// A slot or shared hold of this run.
+pub struct RedisLease {
+    link: Arc<Link>,
+    hold: Hold,
+    ttl_ms: u64,
     /// The subscription to this holder's revocation channel, once made.
     revocations: tokio::sync::Mutex<Option<Subscription>>,
 }
@@ -43,11 +97,8 @@ impl RedisLease {
         let ttl = grant.ttl.unwrap_or_default();
         RedisLease {
             link,
-            keys,
-            mode,
-            owner,
+            hold: Hold::new(keys, mode, owner, grant),
             ttl_ms: ttl.as_millis().try_into().unwrap_or(u64::MAX),
-            grant,
             revocations: tokio::sync::Mutex::new(None),
         }
     }
@@ -56,25 +107,13 @@ impl RedisLease {
 #[async_trait]
 impl Lease for RedisLease {
     fn grant(&self) -> Grant {
-        self.grant
+        self.hold.grant()
     }
 
     async fn renew(&self) -> Result<Renewal, RenewError> {
-        let mut invocation = match self.mode {
-            Mode::Exclusive => {
-                let mut invocation = scripts::RENEW.prepare_invoke();
-                invocation.key(self.keys.slot(self.grant.slot));
-                invocation
-            }
-            Mode::Shared => {
-                let mut invocation = scripts::RENEW_SHARED.prepare_invoke();
-                invocation.key(self.keys.readers());
-                invocation
-            }
-        };
-        invocation.arg(&self.owner).arg(self.ttl_ms);
+        let call = self.hold.renew_call(self.ttl_ms);
         let limit = renew_timeout(Duration::from_millis(self.ttl_ms));
-        match self.link.script_repeatable::<i64>(limit, &invocation).await {
+        match call.run_repeatable::<i64>(&self.link, limit).await {
             Ok(1) => Ok(Renewal {
                 ttl: Some(Duration::from_millis(self.ttl_ms)),
             }),
@@ -87,28 +126,8 @@ impl Lease for RedisLease {
     }
 
     async fn release(self: Box<Self>) -> Result<(), BackendError> {
-        let mut invocation = match self.mode {
-            Mode::Exclusive => {
-                let mut invocation = scripts::RELEASE.prepare_invoke();
-                invocation.key(self.keys.slot(self.grant.slot));
-                invocation
-            }
-            Mode::Shared => {
-                let mut invocation = scripts::RELEASE_SHARED.prepare_invoke();
-                invocation.key(self.keys.readers()).key(self.keys.rinfo());
-                invocation
-            }
-        };
-        invocation
-            .key(self.keys.meta())
-            .key(self.keys.queue())
-            .key(self.keys.xqueue())
-            .arg(&self.owner)
-            .arg(self.keys.wake_prefix());
-        let released: i64 = self
-            .link
-            .script_repeatable(REQUEST_TIMEOUT, &invocation)
-            .await?;
+        let call = self.hold.release_call();
+        let released: i64 = call.run_repeatable(&self.link, REQUEST_TIMEOUT).await?;
         if released == 0 {
             crate::info!("the lease was no longer this run's; nothing to release");
         }
@@ -116,27 +135,42 @@ impl Lease for RedisLease {
     }
 
     async fn revoked(&self) {
-        let mut subscription = self.revocations.lock().await;
-        if let Some(current) = subscription.as_mut() {
-            if current.rung().await {
+        let channel = self.hold.revoke_channel();
+        let open = || Subscription::open(&self.link, &channel);
+        listen_for_revocation(&self.revocations, "the revocation channel broke", open).await;
+    }
+}
+
+/// What a lease's `revoked` does on a Redis server or on redlock masters: resolves when the
+/// holder's revocation channel (kept in `listener`, opened with `open`) rings, or once a broken
+/// or missing one is open again, after [`LISTEN_AFTER`] (so a short command never opens it), so
+/// that the supervisor checks at once: a release that came before the listener is found too.
+/// `broke` is what the debug message says when the listener broke.
+pub async fn listen_for_revocation<B, F>(
+    listener: &tokio::sync::Mutex<Option<B>>,
+    broke: &str,
+    open: impl Fn() -> F,
+) where
+    B: Doorbell,
+    F: Future<Output = Result<B, BackendError>>,
+{
+    let mut listener = listener.lock().await;
+    if let Some(current) = listener.as_mut() {
+        if current.rung().await {
+            return;
+        }
+        crate::debug!("{broke}; listening again");
+        *listener = None;
+    }
+    tokio::time::sleep(LISTEN_AFTER).await;
+    loop {
+        match open().await {
+            Ok(made) => {
+                *listener = Some(made);
                 return;
             }
-            crate::debug!("the revocation channel broke; listening again");
-            *subscription = None;
+            Err(e) => crate::debug!("cannot listen for a forced release ({e})"),
         }
-        tokio::time::sleep(LISTEN_AFTER).await;
-        let channel = format!("{}{}", self.keys.revoke_prefix(), self.owner);
-        loop {
-            match Subscription::open(&self.link, &channel).await {
-                Ok(made) => {
-                    *subscription = Some(made);
-                    // Resolving now makes the supervisor check at once: a release that came
-                    // before the subscription is found too.
-                    return;
-                }
-                Err(e) => crate::debug!("cannot listen for a forced release ({e})"),
-            }
-            tokio::time::sleep(SAFETY_RECHECK).await;
-        }
+        tokio::time::sleep(SAFETY_RECHECK).await;
     }
 }

@@ -11,7 +11,7 @@ pub(super) mod connect;
 pub(super) mod doorbell;
 pub(super) mod inspect;
 pub(super) mod keys;
-mod lease;
+pub(super) mod lease;
 pub(super) mod line;
 pub(super) mod scripts;
 mod settings;

@@ -1,8 +1,9 @@
 //! The server-side scripts, one per operation that must be atomic. Each is a `.lua` file beside
 //! this module (under `lua/`), documented there; the scripts that free a place are prefixed with
-//! `wake.lua`, the one way of waking the next waiters. They are sent by hash and loaded on first
-//! use, including after a server restart. A [`Call`] is one invocation: a script with its keys
-//! and arguments.
+//! `wake.lua`, the one way of waking the next waiters (leave with `drop_holds.lua` too), and the
+//! acquire script with `acquire_opening.lua`; redlock's scripts share both. They are sent by hash
+//! and loaded on first use, including after a server restart. [`Call`] is one invocation of a
+//! script.
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -15,14 +16,27 @@ use crate::backend::BackendError;
 /// The waking helper that the scripts freeing a place share.
 const WAKE: &str = include_str!("lua/wake.lua");
 
+/// Dropping whatever one run holds on a name, shared by the scripts that do (see
+/// `lua/drop_holds.lua`); redlock's retreat is one.
+pub const DROP_HOLDS: &str = include_str!("lua/drop_holds.lua");
+
 /// A script whose body may call `wake_head` (see `lua/wake.lua`).
 pub fn with_wake(body: &str) -> Script {
     Script::new(&format!("{WAKE}{body}"))
 }
 
+/// The opening that every try to acquire shares (here and on a redlock master).
+const ACQUIRE_OPENING: &str = include_str!("lua/acquire_opening.lua");
+
+/// A script that tries to acquire, after the opening that reads its keys, arguments and clock
+/// (see `lua/acquire_opening.lua`).
+pub fn with_acquire_opening(body: &str) -> Script {
+    Script::new(&format!("{ACQUIRE_OPENING}{body}"))
+}
+
 /// Take a free slot (or a shared hold) in turn, or keep the caller in line.
 pub static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lua/acquire.lua")));
+    LazyLock::new(|| with_acquire_opening(include_str!("lua/acquire.lua")));
 /// Extend an exclusive slot this run owns.
 pub static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/renew.lua")));
 /// Extend a shared hold this run owns.
@@ -34,7 +48,8 @@ pub static RELEASE: LazyLock<Script> = LazyLock::new(|| with_wake(include_str!("
 pub static RELEASE_SHARED: LazyLock<Script> =
     LazyLock::new(|| with_wake(include_str!("lua/release_shared.lua")));
 /// Leave the line after giving up.
-pub static LEAVE: LazyLock<Script> = LazyLock::new(|| with_wake(include_str!("lua/leave.lua")));
+pub static LEAVE: LazyLock<Script> =
+    LazyLock::new(|| with_wake(&format!("{DROP_HOLDS}{}", include_str!("lua/leave.lua"))));
 /// Drop every holder of a name.
 pub static FORCE_RELEASE: LazyLock<Script> =
     LazyLock::new(|| with_wake(include_str!("lua/force_release.lua")));
@@ -44,7 +59,7 @@ pub static STATUS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!(
 pub static CLAIM_INTERVAL: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/claim_interval.lua")));
 
-/// One script invocation, kept to be sent to one server or (by Redlock) to each master.
+/// One script invocation: its keys and arguments, run on one server (or on each redlock master).
 #[derive(Clone)]
 pub struct Call {
     script: &'static Script,

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 
 use super::connect::Link;
 use super::line::Redis;
-use crate::backend::url::{HostPort, LoneUserinfo, Url};
+use crate::backend::url::{HostPort, LoneUserinfo, Url, UrlForms};
 use crate::backend::waiting::line::InLine;
 use crate::backend::{Backend, BackendError};
 
@@ -22,7 +22,6 @@ pub struct Settings {
     pub endpoint: HostPort,
     pub tls: bool,
     pub db: i64,
-    raw: String,
 }
 
 impl Settings {
@@ -51,7 +50,6 @@ impl Settings {
             endpoint,
             db,
             url,
-            raw: raw.to_owned(),
         })
     }
 
@@ -63,7 +61,6 @@ impl Settings {
             endpoint,
             tls: false,
             db: 0,
-            raw: url.shown().to_owned(),
         }
     }
 
@@ -80,16 +77,8 @@ impl Settings {
 
 #[async_trait]
 impl crate::backend::Settings for Settings {
-    fn shown(&self) -> &str {
-        self.url.shown()
-    }
-
-    fn secrets(&self) -> &[String] {
-        self.url.secrets()
-    }
-
-    fn url(&self) -> String {
-        self.raw.clone()
+    fn forms(&self) -> &UrlForms {
+        self.url.forms()
     }
 
     async fn open(&self) -> Result<Box<dyn Backend>, BackendError> {
@@ -101,6 +90,7 @@ impl crate::backend::Settings for Settings {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::url::refused_without_password;
 
     #[test]
     fn reads_host_port_database_and_credentials() {
@@ -117,13 +107,14 @@ mod tests {
 
     #[test]
     fn rejects_what_it_cannot_use() {
-        for bad in [
-            "redis://h/x",
-            "redis://a:1,b:2",
-            "redis://h?protocol=3",
-            "redis://",
-        ] {
-            assert!(Settings::parse(bad).is_err(), "{bad}");
-        }
+        refused_without_password(
+            Settings::parse,
+            &[
+                "redis://h/x",
+                "redis://a:1,b:2",
+                "redis://h?protocol=3",
+                "redis://",
+            ],
+        );
     }
 }

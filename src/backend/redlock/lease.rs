@@ -17,27 +17,19 @@ use async_trait::async_trait;
 
 use super::bells::Bells;
 use super::masters::Masters;
-use super::scripts::{Call, RELEASE, RELEASE_SHARED, RENEW, RENEW_SHARED};
 use super::timing::{millis, validity};
 use crate::backend::redis::connect::REQUEST_TIMEOUT;
 use crate::backend::redis::keys::Keys;
-use crate::backend::waiting::line::Doorbell;
-use crate::backend::waiting::policy::{SAFETY_RECHECK, renew_timeout};
+use crate::backend::redis::lease::{Hold, listen_for_revocation};
+use crate::backend::waiting::policy::renew_timeout;
 use crate::backend::{BackendError, Grant, Lease, Mode, RenewError, Renewal};
-
-/// How long after the command started the holder begins listening for a forced release (as on
-/// Redis: a short command never opens the subscriptions).
-const LISTEN_AFTER: Duration = Duration::from_millis(250);
 
 /// A hold of this run's on a quorum of masters.
 pub struct RedlockLease {
     masters: Arc<Masters>,
-    keys: Keys,
-    mode: Mode,
-    owner: String,
+    hold: Hold,
     /// The lease length each master grants.
     ttl: Duration,
-    grant: Grant,
     revocations: tokio::sync::Mutex<Option<Bells>>,
 }
 
@@ -45,11 +37,8 @@ impl RedlockLease {
     pub fn new(masters: Arc<Masters>, keys: Keys, mode: Mode, owner: String, grant: Grant) -> Self {
         RedlockLease {
             masters,
-            keys,
-            mode,
-            owner,
             ttl: grant.ttl.unwrap_or_default(),
-            grant,
+            hold: Hold::new(keys, mode, owner, grant),
             revocations: tokio::sync::Mutex::new(None),
         }
     }
@@ -58,16 +47,11 @@ impl RedlockLease {
 #[async_trait]
 impl Lease for RedlockLease {
     fn grant(&self) -> Grant {
-        self.grant
+        self.hold.grant()
     }
 
     async fn renew(&self) -> Result<Renewal, RenewError> {
-        let call = match self.mode {
-            Mode::Exclusive => Call::new(&RENEW).key(self.keys.slot(self.grant.slot)),
-            Mode::Shared => Call::new(&RENEW_SHARED).key(self.keys.readers()),
-        }
-        .arg(&self.owner)
-        .arg(millis(self.ttl));
+        let call = self.hold.renew_call(millis(self.ttl));
         let masters = &self.masters;
         let (n, quorum) = (masters.len(), masters.quorum());
         let mut round = masters.call_repeatable::<i64>(&call, renew_timeout(self.ttl));
@@ -110,17 +94,7 @@ impl Lease for RedlockLease {
     }
 
     async fn release(self: Box<Self>) -> Result<(), BackendError> {
-        let call = match self.mode {
-            Mode::Exclusive => Call::new(&RELEASE).key(self.keys.slot(self.grant.slot)),
-            Mode::Shared => Call::new(&RELEASE_SHARED)
-                .key(self.keys.readers())
-                .key(self.keys.rinfo()),
-        }
-        .key(self.keys.meta())
-        .key(self.keys.queue())
-        .key(self.keys.xqueue())
-        .arg(&self.owner)
-        .arg(self.keys.wake_prefix());
+        let call = self.hold.release_call();
         let round = self.masters.call_repeatable::<i64>(&call, REQUEST_TIMEOUT);
         let released = self.masters.quorum_of(round).await?;
         if released.iter().all(|(_, n)| *n == 0) {
@@ -130,27 +104,8 @@ impl Lease for RedlockLease {
     }
 
     async fn revoked(&self) {
-        let mut bells = self.revocations.lock().await;
-        if let Some(current) = bells.as_mut() {
-            if current.rung().await {
-                return;
-            }
-            crate::debug!("a revocation channel broke; listening again");
-            *bells = None;
-        }
-        tokio::time::sleep(LISTEN_AFTER).await;
-        let channel = format!("{}{}", self.keys.revoke_prefix(), self.owner);
-        loop {
-            match Bells::open(&self.masters, &channel).await {
-                Ok(made) => {
-                    *bells = Some(made);
-                    // Resolving now makes the supervisor check at once: a release that came
-                    // before the subscriptions is found too.
-                    return;
-                }
-                Err(e) => crate::debug!("cannot listen for a forced release ({e})"),
-            }
-            tokio::time::sleep(SAFETY_RECHECK).await;
-        }
+        let channel = self.hold.revoke_channel();
+        let open = || Bells::open(&self.masters, &channel);
+        listen_for_revocation(&self.revocations, "a revocation channel broke", open).await;
     }
 }

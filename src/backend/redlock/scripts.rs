@@ -2,24 +2,24 @@
 //! from the Redis backend's (taking a hold in turn with tickets and token proposals, backing out
 //! of a round that won no quorum, the token write-back, a status read that names holders and
 //! waiters so they can be matched across masters; `.lua` files beside this module, under `lua/`),
-//! and the Redis backend's own for the rest (renew and release here; leaving the line, force
-//! release and `--min-interval` are the Redis backend's whole invocations). A [`Call`] (the Redis
-//! backend's) is sent to every master.
+//! and the Redis backend's own for the rest (renew, release, leave the line, force release,
+//! `--min-interval`). [`Call`], the Redis backend's too, is one invocation, sent to every master.
 
 use std::sync::LazyLock;
 
 use redis::Script;
 
-use crate::backend::redis::scripts::with_wake;
+use crate::backend::redis::scripts::{DROP_HOLDS, with_acquire_opening, with_wake};
 
 pub use crate::backend::redis::keys::line_keys;
-pub use crate::backend::redis::scripts::{Call, RELEASE, RELEASE_SHARED, RENEW, RENEW_SHARED};
+pub use crate::backend::redis::scripts::Call;
 
 /// Take a hold on one master in turn (or keep one), or keep the caller in line there.
 pub static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lua/acquire.lua")));
+    LazyLock::new(|| with_acquire_opening(include_str!("lua/acquire.lua")));
 /// Drop what a round that won no quorum took, keeping the place in line.
-pub static RETREAT: LazyLock<Script> = LazyLock::new(|| with_wake(include_str!("lua/retreat.lua")));
+pub static RETREAT: LazyLock<Script> =
+    LazyLock::new(|| with_wake(&format!("{DROP_HOLDS}{}", include_str!("lua/retreat.lua"))));
 /// Write the chosen fencing token back.
 pub static FENCE: LazyLock<Script> = LazyLock::new(|| with_wake(include_str!("lua/fence.lua")));
 /// Holders and waiters on one master, with their ids.

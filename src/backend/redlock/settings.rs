@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use super::line::Redlock;
 use super::masters::Masters;
 use crate::backend::redis;
-use crate::backend::url::{HostPort, LoneUserinfo, Url};
+use crate::backend::url::{HostPort, LoneUserinfo, Url, UrlForms};
 use crate::backend::waiting::line::InLine;
 use crate::backend::{Backend, BackendError};
 
@@ -24,7 +24,6 @@ pub struct Settings {
     pub url: Url,
     /// Each master, its port filled in.
     pub masters: Vec<HostPort>,
-    raw: String,
 }
 
 impl Settings {
@@ -61,26 +60,14 @@ impl Settings {
             ));
         }
         url.only_params(&[])?;
-        Ok(Settings {
-            url,
-            masters,
-            raw: raw.to_owned(),
-        })
+        Ok(Settings { url, masters })
     }
 }
 
 #[async_trait]
 impl crate::backend::Settings for Settings {
-    fn shown(&self) -> &str {
-        self.url.shown()
-    }
-
-    fn secrets(&self) -> &[String] {
-        self.url.secrets()
-    }
-
-    fn url(&self) -> String {
-        self.raw.clone()
+    fn forms(&self) -> &UrlForms {
+        self.url.forms()
     }
 
     async fn open(&self) -> Result<Box<dyn Backend>, BackendError> {
@@ -100,6 +87,7 @@ impl crate::backend::Settings for Settings {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::url::refused_without_password;
 
     #[test]
     fn reads_masters_and_credentials() {
@@ -118,17 +106,18 @@ mod tests {
 
     #[test]
     fn refuses_fewer_than_three_masters_and_the_same_master_twice() {
-        for bad in [
-            "redlock://a:1",
-            "redlock://a:1,b:1",
-            "redlock://a:1,b:1,a:1",
-            "redlock://a,b,a:6379",
-            "redlock://a:1,b:1,c:1/2",
-            "redlock://a:1,b:1,c:1?tls=1",
-            "redlock://",
-        ] {
-            assert!(Settings::parse(bad).is_err(), "{bad}");
-        }
+        refused_without_password(
+            Settings::parse,
+            &[
+                "redlock://a:1",
+                "redlock://a:1,b:1",
+                "redlock://a:1,b:1,a:1",
+                "redlock://a,b,a:6379",
+                "redlock://a:1,b:1,c:1/2",
+                "redlock://a:1,b:1,c:1?tls=1",
+                "redlock://",
+            ],
+        );
         let err = Settings::parse("redlock://u:hunter2@a:1,b:2").unwrap_err();
         assert!(
             err.contains("at least 3") && !err.contains("hunter2"),

@@ -131,14 +131,13 @@ impl<'a> Contender<'a> {
                     children
                 }
                 Err(zk::Error::NoNode) => return Ok(Outcome::PlaceLost("the name's node is gone")),
-                Err(e) if session_gone(&e) => {
-                    return Ok(Outcome::PlaceLost("the session expired while waiting"));
-                }
-                Err(e) => {
-                    outage.failed(self.link.failed(&e), sent_at, "check the lock")?;
-                    tokio::time::sleep(RETRY).await;
-                    continue;
-                }
+                Err(e) => match self
+                    .wait_failed(outage, &e, sent_at, "check the lock")
+                    .await?
+                {
+                    Some(lost) => return Ok(lost),
+                    None => continue,
+                },
             };
             let line = Line::of(&children);
             let Some(at) = line.position(&self.owner) else {
@@ -149,15 +148,12 @@ impl<'a> Contender<'a> {
                 .as_ref()
                 .is_some_and(|j| j.node != line.contenders[at].node)
             {
-                match self.adopt_first(&line).await {
-                    Ok(()) => continue,
-                    Err(e) if session_gone(&e) => {
-                        return Ok(Outcome::PlaceLost("the session expired while waiting"));
-                    }
-                    Err(e) => {
-                        outage.failed(self.link.failed(&e), sent_at, "check the lock")?;
-                        tokio::time::sleep(RETRY).await;
-                    }
+                if let Err(e) = self.adopt_first(&line).await
+                    && let Some(lost) = self
+                        .wait_failed(outage, &e, sent_at, "check the lock")
+                        .await?
+                {
+                    return Ok(lost);
                 }
                 continue;
             }
@@ -195,14 +191,13 @@ impl<'a> Contender<'a> {
                 Ok(Rung::Set(bells)) => bells,
                 Ok(Rung::LookAgain) => continue,
                 Ok(Rung::Superseded(newer)) => return Ok(Outcome::Superseded(newer)),
-                Err(e) if session_gone(&e) => {
-                    return Ok(Outcome::PlaceLost("the session expired while waiting"));
-                }
-                Err(e) => {
-                    outage.failed(self.link.failed(&e), sent_at, "watch the line")?;
-                    tokio::time::sleep(RETRY).await;
-                    continue;
-                }
+                Err(e) => match self
+                    .wait_failed(outage, &e, sent_at, "watch the line")
+                    .await?
+                {
+                    Some(lost) => return Ok(lost),
+                    None => continue,
+                },
             };
             let timer = match timer.as_mut() {
                 Some(timer) => timer,
@@ -341,6 +336,26 @@ impl<'a> Contender<'a> {
 
     /// Keeps only this run's first znode in line when a lost answer left it two: the first is
     /// adopted (its place, its token), the others are deleted.
+    /// A step of the wait (`what`, sent at `sent_at`) failed with `e`: the place is lost when the
+    /// session expired; otherwise the failure counts toward the outage (which ends the wait once
+    /// it lasted too long) and, after a pause, `None` tells the caller to look again.
+    async fn wait_failed(
+        &self,
+        outage: &mut Outage,
+        e: &zk::Error,
+        sent_at: BootInstant,
+        what: &str,
+    ) -> Result<Option<Outcome>, BackendError> {
+        if session_gone(e) {
+            return Ok(Some(Outcome::PlaceLost(
+                "the session expired while waiting",
+            )));
+        }
+        outage.failed(self.link.failed(e), sent_at, what)?;
+        tokio::time::sleep(RETRY).await;
+        Ok(None)
+    }
+
     async fn adopt_first(&mut self, line: &Line) -> Result<(), zk::Error> {
         let Some(found) = self.find_own().await? else {
             return Ok(());

@@ -7,71 +7,17 @@
 -- ARGV: 1 owner id, 2 ttl ms, 3 limit, 4 record JSON, 5 heartbeat ms (0: try once, never queue),
 -- 6 mode ('x' exclusive, 's' shared), 7 '1' for --supersede, 8 wake channel prefix.
 --
--- The rules, first come first served: an exclusive contender takes a free slot when no shared
--- holder remains and fewer waiters are ahead of it than slots are free; a shared contender
--- enters when no exclusive holder holds and no exclusive waiter is ahead of it — so a waiting
--- writer is never starved by readers that came after it.
+-- The rules, first come first served, are my_turn's in acquire_opening.lua.
 --
 -- Returns {1, token, slot, 0, ''} when taken; {0, place in line (-1 when not queued), shortest lease
 -- left in ms or -1, superseded (0/1), the newer waiter's record or ''} otherwise. Every number is
 -- an integer: Lua numbers are doubles, exact below 2^53, and are only turned into text with
 -- string.format('%d'), never tostring (which would print 1.7e+15).
-if redis.replicate_commands then
-  redis.replicate_commands()
-end
-local meta, queue, beats, xqueue, squeue, qinfo, readers, rinfo =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-local owner = ARGV[1]
-local ttl = tonumber(ARGV[2])
-local limit = tonumber(ARGV[3])
-local heartbeat = tonumber(ARGV[5])
-local shared = ARGV[6] == 's'
-local supersede = ARGV[7] == '1'
-
-local time = redis.call('TIME')
-local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
-local now_ms = math.floor(now_us / 1000)
-local function int(n) return string.format('%d', n) end
-
--- Waiters whose heartbeat lapsed have gone away: they leave the line.
-local cutoff = '(' .. int(now_ms)
-local gone = redis.call('ZRANGEBYSCORE', beats, '-inf', cutoff)
-for _, id in ipairs(gone) do
-  redis.call('ZREM', queue, id)
-  redis.call('ZREM', xqueue, id)
-  redis.call('ZREM', squeue, id)
-  redis.call('HDEL', qinfo, id)
-end
-if #gone > 0 then
-  redis.call('ZREMRANGEBYSCORE', beats, '-inf', cutoff)
-end
--- Shared holders whose lease ran out are gone.
-local expired = redis.call('ZRANGEBYSCORE', readers, '-inf', int(now_ms))
-for _, id in ipairs(expired) do
-  redis.call('HDEL', rinfo, id)
-end
-if #expired > 0 then
-  redis.call('ZREMRANGEBYSCORE', readers, '-inf', int(now_ms))
-end
-local nreaders = redis.call('ZCARD', readers)
-
-local free = {}
-local soonest = -1
-for k = 1, limit do
-  local left = redis.call('PTTL', KEYS[8 + k])
-  if left == -2 then
-    free[#free + 1] = k - 1
-  elseif left >= 0 and (soonest < 0 or left < soonest) then
-    soonest = left
-  end
-end
-if nreaders > 0 then
-  local first = redis.call('ZRANGE', readers, 0, 0, 'WITHSCORES')
-  local left = tonumber(first[2]) - now_ms
-  if soonest < 0 or left < soonest then
-    soonest = left
-  end
-end
+--
+-- Prefixed with acquire_opening.lua, which reads the keys and arguments and the server's clock,
+-- clears lapsed waiters and expired shared holders, and defines out_of_line, holds_left, my_turn
+-- and take_hold.
+local free, soonest, nreaders = holds_left()
 
 local rank = redis.call('ZRANK', queue, owner)
 local ticket = rank and tonumber(redis.call('ZSCORE', queue, owner))
@@ -85,21 +31,7 @@ if rank and supersede then
   end
 end
 
-local can
-if shared then
-  local writers_ahead
-  if rank then
-    writers_ahead = redis.call('ZCOUNT', xqueue, '-inf', '(' .. int(ticket))
-  else
-    writers_ahead = redis.call('ZCARD', xqueue)
-  end
-  can = #free == limit and writers_ahead == 0
-else
-  local place = rank or redis.call('ZCARD', queue)
-  can = nreaders == 0 and place < #free
-end
-
-if can then
+if my_turn(ticket, rank, free, nreaders) then
   local last = tonumber(redis.call('HGET', meta, 'token') or '0')
   -- Floored by the server's clock, so tokens keep rising after a restart that lost every key.
   local token = math.max(last + 1, now_us)
@@ -108,22 +40,9 @@ if can then
   if limit > known then
     redis.call('HSET', meta, 'limit', ARGV[3])
   end
-  local slot = 0
-  if shared then
-    redis.call('ZADD', readers, int(now_ms + ttl), owner)
-    redis.call('HSET', rinfo, owner, int(token) .. '|' .. ARGV[4])
-  else
-    slot = free[1]
-    local key = KEYS[9 + slot]
-    redis.call('HSET', key, 'owner', owner, 'token', int(token), 'limit', ARGV[3], 'info', ARGV[4])
-    redis.call('PEXPIRE', key, ARGV[2])
-  end
+  local slot = take_hold(token, free[1])
   if rank then
-    redis.call('ZREM', queue, owner)
-    redis.call('ZREM', xqueue, owner)
-    redis.call('ZREM', squeue, owner)
-    redis.call('ZREM', beats, owner)
-    redis.call('HDEL', qinfo, owner)
+    out_of_line(owner)
   end
   return {1, token, slot, 0, ''}
 end

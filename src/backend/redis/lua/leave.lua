@@ -3,23 +3,15 @@
 --
 -- KEYS: 1 meta hash, 2 queue zset, 3 beats zset, 4 xqueue zset, 5 squeue zset, 6 qinfo hash,
 -- 7 readers zset, 8 rinfo hash, 9 .. slot hashes. ARGV: 1 owner id, 2 wake channel prefix.
--- Returns how many entries (place in line, holds) were removed.
+-- Returns how many entries (place in line, holds) were removed. Prefixed with wake.lua and
+-- drop_holds.lua.
 local owner = ARGV[1]
 local removed = redis.call('ZREM', KEYS[2], owner)
 redis.call('ZREM', KEYS[3], owner)
 redis.call('ZREM', KEYS[4], owner)
 redis.call('ZREM', KEYS[5], owner)
 redis.call('HDEL', KEYS[6], owner)
-if redis.call('ZREM', KEYS[7], owner) == 1 then
-  redis.call('HDEL', KEYS[8], owner)
-  removed = removed + 1
-end
-for k = 9, #KEYS do
-  if redis.call('HGET', KEYS[k], 'owner') == owner then
-    redis.call('DEL', KEYS[k])
-    removed = removed + 1
-  end
-end
+removed = removed + drop_holds(owner, KEYS[7], KEYS[8])
 if removed > 0 then
   wake_head(KEYS[2], KEYS[4], ARGV[2], tonumber(redis.call('HGET', KEYS[1], 'limit') or '1'))
 end

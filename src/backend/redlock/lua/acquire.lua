@@ -3,10 +3,10 @@
 -- in line. The client counts the grants: a hold is only a hold once a quorum of masters granted it
 -- in the same round (see src/backend/redlock/grant.rs).
 --
--- The rules are the Redis backend's (src/backend/redis/lua/acquire.lua), first come first served:
--- an exclusive contender takes a free slot when no shared holder remains and fewer waiters are
--- ahead of it than slots are free; a shared contender enters when no exclusive holder holds and no
--- exclusive waiter is ahead of it. What differs:
+-- The rules are the Redis backend's, first come first served (my_turn, in
+-- src/backend/redis/lua/acquire_opening.lua): an exclusive contender takes a free slot when no
+-- shared holder remains and fewer waiters are ahead of it than slots are free; a shared contender
+-- enters when no exclusive holder holds and no exclusive waiter is ahead of it. What differs:
 -- - The place in line is a ticket every master agrees on: a waiter joins a master with the ticket
 --   the client passes (ARGV 9), or, before it has one, with this master's proposal
 --   max(arrivals + 1, its clock in µs); the client then takes the largest proposal as its ticket
@@ -28,45 +28,12 @@
 -- superseded (0/1), the newer waiter's record or '', ticket (0 when not in line)} otherwise.
 -- Numbers are integers below 2^53 (µs since 1970 are about 2^51), turned into text only with
 -- string.format('%d').
-if redis.replicate_commands then
-  redis.replicate_commands()
-end
-local meta, queue, beats, xqueue, squeue, qinfo, readers, rinfo =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-local owner = ARGV[1]
-local ttl = tonumber(ARGV[2])
-local limit = tonumber(ARGV[3])
-local heartbeat = tonumber(ARGV[5])
-local shared = ARGV[6] == 's'
-local supersede = ARGV[7] == '1'
+--
+-- Prefixed with the Redis backend's acquire_opening.lua, which reads the keys and arguments 1-7
+-- and the server's clock, clears lapsed waiters and expired shared holders, and defines
+-- out_of_line, holds_left, my_turn and take_hold.
 local agreed = tonumber(ARGV[9])
 local preferred = tonumber(ARGV[10])
-
-local time = redis.call('TIME')
-local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
-local now_ms = math.floor(now_us / 1000)
-local function int(n) return string.format('%d', n) end
-
--- Waiters whose heartbeat lapsed have gone away: they leave the line.
-local cutoff = '(' .. int(now_ms)
-local gone = redis.call('ZRANGEBYSCORE', beats, '-inf', cutoff)
-for _, id in ipairs(gone) do
-  redis.call('ZREM', queue, id)
-  redis.call('ZREM', xqueue, id)
-  redis.call('ZREM', squeue, id)
-  redis.call('HDEL', qinfo, id)
-end
-if #gone > 0 then
-  redis.call('ZREMRANGEBYSCORE', beats, '-inf', cutoff)
-end
--- Shared holders whose lease ran out are gone.
-local expired = redis.call('ZRANGEBYSCORE', readers, '-inf', int(now_ms))
-for _, id in ipairs(expired) do
-  redis.call('HDEL', rinfo, id)
-end
-if #expired > 0 then
-  redis.call('ZREMRANGEBYSCORE', readers, '-inf', int(now_ms))
-end
 
 -- This master's token proposal for a grant, recorded as its counter (and who it went to, so that
 -- the write-back can tell its own proposal from another acquisition's equal token).
@@ -86,11 +53,7 @@ ticket = ticket and tonumber(ticket)
 
 local function leave_line()
   if ticket then
-    redis.call('ZREM', queue, owner)
-    redis.call('ZREM', xqueue, owner)
-    redis.call('ZREM', squeue, owner)
-    redis.call('ZREM', beats, owner)
-    redis.call('HDEL', qinfo, owner)
+    out_of_line(owner)
   end
 end
 
@@ -104,33 +67,17 @@ if shared then
     return {1, token, 0, 0, '', ticket or 0}
   end
 end
-local free = {}
-local soonest = -1
 for k = 1, limit do
   local key = KEYS[8 + k]
-  local holder = redis.call('HGET', key, 'owner')
-  if holder == owner then
+  if redis.call('HGET', key, 'owner') == owner then
     redis.call('PEXPIRE', key, ARGV[2])
     local token = propose()
     redis.call('HSET', key, 'token', int(token), 'info', ARGV[4])
     leave_line()
     return {1, token, k - 1, 0, '', ticket or 0}
   end
-  local left = redis.call('PTTL', key)
-  if left == -2 then
-    free[#free + 1] = k - 1
-  elseif left >= 0 and (soonest < 0 or left < soonest) then
-    soonest = left
-  end
 end
-local nreaders = redis.call('ZCARD', readers)
-if nreaders > 0 then
-  local first = redis.call('ZRANGE', readers, 0, 0, 'WITHSCORES')
-  local left = tonumber(first[2]) - now_ms
-  if soonest < 0 or left < soonest then
-    soonest = left
-  end
-end
+local free, soonest, nreaders = holds_left()
 
 local arrivals = tonumber(redis.call('HGET', meta, 'arrivals') or '0')
 local function arrived(t)
@@ -178,37 +125,15 @@ if ticket and supersede then
 end
 
 local rank = ticket and redis.call('ZRANK', queue, owner)
-local can
-if shared then
-  local writers_ahead
-  if ticket then
-    writers_ahead = redis.call('ZCOUNT', xqueue, '-inf', '(' .. int(ticket))
-  else
-    writers_ahead = redis.call('ZCARD', xqueue)
-  end
-  can = #free == limit and writers_ahead == 0
-else
-  local place = rank or redis.call('ZCARD', queue)
-  can = nreaders == 0 and place < #free
-end
-
-if can then
+if my_turn(ticket, rank, free, nreaders) then
   local token = propose()
-  local slot = 0
-  if shared then
-    redis.call('ZADD', readers, int(now_ms + ttl), owner)
-    redis.call('HSET', rinfo, owner, int(token) .. '|' .. ARGV[4])
-  else
-    slot = free[1]
-    for _, k in ipairs(free) do
-      if k == preferred then
-        slot = k
-      end
+  local slot = free[1]
+  for _, k in ipairs(free) do
+    if k == preferred then
+      slot = k
     end
-    local key = KEYS[9 + slot]
-    redis.call('HSET', key, 'owner', owner, 'token', int(token), 'limit', ARGV[3], 'info', ARGV[4])
-    redis.call('PEXPIRE', key, ARGV[2])
   end
+  slot = take_hold(token, slot)
   leave_line()
   return {1, token, slot, 0, '', ticket or 0}
 end

@@ -1,7 +1,7 @@
 -- A round of tries that did not win a quorum: drops whatever this caller holds on this master
 -- (holds that, alone, would only block others), and, when it waits, puts it back in line at its
 -- agreed ticket, so it keeps its place; then wakes whoever's turn it may now be (possibly this
--- caller itself). Prefixed with the Redis backend's wake.lua.
+-- caller itself). Prefixed with the Redis backend's wake.lua and drop_holds.lua.
 --
 -- KEYS: as acquire.lua: 1 meta, 2 queue, 3 beats, 4 xqueue, 5 squeue, 6 qinfo, 7 readers,
 -- 8 rinfo, 9 .. slot hashes. ARGV: 1 owner id, 2 record JSON, 3 heartbeat ms (0: not waiting),
@@ -18,17 +18,7 @@ local time = redis.call('TIME')
 local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
 local now_ms = math.floor(now_us / 1000)
 
-local dropped = 0
-for k = 9, #KEYS do
-  if redis.call('HGET', KEYS[k], 'owner') == owner then
-    redis.call('DEL', KEYS[k])
-    dropped = dropped + 1
-  end
-end
-if redis.call('ZREM', readers, owner) == 1 then
-  redis.call('HDEL', rinfo, owner)
-  dropped = dropped + 1
-end
+local dropped = drop_holds(owner, readers, rinfo)
 
 local ticket = redis.call('ZSCORE', queue, owner)
 ticket = ticket and tonumber(ticket)
