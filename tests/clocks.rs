@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::process::Output;
 
-use crate::support::fixture::Fixture;
+use crate::support::fixture::{Fixture, Reachable};
 use crate::support::lockrun::{Proc, RUN_LIMIT};
 use crate::support::redis_server::RedisServer;
 use crate::support::scene::Scene;

@@ -3,7 +3,7 @@
 //! print, and the hidden probe it runs as the stale writer.
 
 use crate::support::asserts::{assert_hidden, assert_said};
-use crate::support::fixture::Fixture;
+use crate::support::fixture::{Fixture, Reachable};
 use crate::support::lockrun::{lockrun, output};
 use crate::support::redis_server::RedisServer;
 use crate::support::scene::Scene;

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant, SystemTime};
 use crate::support::asserts::assert_one_line;
 use crate::support::backend_scenarios::run_six_first_uses_at_once;
 use crate::support::dynalite_server::{Dynalite, TABLE};
-use crate::support::fixture::Fixture;
+use crate::support::fixture::{Fixture, Reachable};
 use crate::support::holder::Holder;
 use crate::support::proxy::Proxy;
 use crate::support::scene::Scene;

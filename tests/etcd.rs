@@ -10,8 +10,9 @@ use crate::support::asserts::{
     assert_rode_through, assert_said, assert_stopped_after_its_last_renewal,
 };
 use crate::support::certs::Certificates;
+use crate::support::cluster::Members;
 use crate::support::etcd_cluster::{Etcd, EtcdCluster};
-use crate::support::fixture::Fixture;
+use crate::support::fixture::{Fixture, Reachable};
 use crate::support::holder::Holder;
 use crate::support::lockrun::{lockrun, output};
 use crate::support::proxy::Proxy;

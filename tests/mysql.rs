@@ -14,10 +14,11 @@ use crate::support::backend_scenarios::{
     run_six_first_uses_at_once,
 };
 use crate::support::certs::Certificates;
-use crate::support::fixture::Fixture;
+use crate::support::fixture::{Fixture, Reachable};
 use crate::support::lockrun::{Proc, output};
 use crate::support::mysql_server::{DATABASE, MySqlServer};
 use crate::support::scene::Scene;
+use crate::support::single_server::SingleServer;
 use crate::support::tools;
 use crate::support::wait::{SOON, code, numbers_in, text, wait_until};
 

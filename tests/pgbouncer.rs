@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::support::asserts::{assert_hidden, assert_one_line};
 use crate::support::backend_scenarios::assert_a_turned_away_waiter_gets_in;
-use crate::support::fixture::Fixture;
+use crate::support::fixture::{Fixture, Reachable};
 use crate::support::lockrun::{Proc, lockrun, output};
 use crate::support::pgbouncer::{Options, Pooled};
 use crate::support::scene::Scene;

@@ -13,10 +13,12 @@ use crate::support::backend_scenarios::{
     assert_a_brief_restart_is_ridden_through, assert_a_turned_away_waiter_gets_in,
     run_six_first_uses_at_once,
 };
+use crate::support::fixture::{Fixture, Reachable};
 use crate::support::holder::Holder;
 use crate::support::lockrun::{Proc, output};
 use crate::support::postgres_server::PgServer;
 use crate::support::scene::Scene;
+use crate::support::single_server::SingleServer;
 use crate::support::tools;
 use crate::support::wait::{SOON, alive, code, number_in, text, wait_for_file, wait_until};
 

@@ -8,7 +8,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 use crate::support::asserts::{assert_gone_within, assert_one_line, assert_said};
-use crate::support::fixture::Fixture;
+use crate::support::fixture::{Fixture, Reachable};
 use crate::support::lockrun::{BIN, Proc, scrub};
 use crate::support::redis_server::RedisServer;
 use crate::support::scene::Scene;

@@ -9,6 +9,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
+use crate::support::fixture::{Fixture, Reachable};
 use crate::support::lockrun::{BIN, output, scrub};
 use crate::support::postgres_server::PgServer;
 use crate::support::tools::chmod;

@@ -5,6 +5,7 @@ use crate::support::asserts::assert_said;
 use crate::support::certs::Certificates;
 use crate::support::lockrun::{lockrun, output};
 use crate::support::redis_server::RedisServer;
+use crate::support::single_server::SingleServer;
 use crate::support::wait::{code, text};
 
 #[test]

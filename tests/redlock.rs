@@ -15,7 +15,7 @@
 use std::time::{Duration, Instant};
 
 use crate::support::asserts::assert_stopped_by_stop_point;
-use crate::support::fixture::Fixture;
+use crate::support::fixture::{Fixture, Reachable};
 use crate::support::proxy::{Direction, Proxy};
 use crate::support::redlock_servers::RedlockServers;
 use crate::support::scene::Scene;

@@ -11,7 +11,8 @@ use crate::support::asserts::{
     assert_rode_through, assert_said, assert_stopped_after_its_last_renewal,
 };
 use crate::support::backend_scenarios::assert_readers_share_and_a_waiting_writer_goes_first;
-use crate::support::fixture::Fixture;
+use crate::support::cluster::Members;
+use crate::support::fixture::{Fixture, Reachable};
 use crate::support::lockrun::{Proc, output};
 use crate::support::scene::Scene;
 use crate::support::timing::LeaseTiming;

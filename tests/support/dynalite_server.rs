@@ -16,8 +16,8 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use super::fixture::{Counter, Fixture, free_port};
-use super::proxy::Proxy;
-use super::server_process::{ServerProcess, append_log, on_fresh_ports};
+use super::server_process::{ServerProcess, append_log};
+use super::single_server::SingleServer;
 
 /// The table every test's URL names.
 pub const TABLE: &str = "locks";
@@ -31,46 +31,6 @@ pub struct Dynalite {
 }
 
 impl Dynalite {
-    /// Starts a server with an empty store.
-    pub fn start() -> Self {
-        on_fresh_ports(|_| {
-            let mut server = Dynalite {
-                port: free_port(),
-                dir: tempfile::tempdir().expect("temp dir"),
-                process: None,
-            };
-            server.launch().then_some(server)
-        })
-        .expect("dynalite did not start")
-    }
-
-    /// Spawns the server on `self.port` and waits until it accepts connections; false if it
-    /// exited.
-    fn launch(&mut self) -> bool {
-        let log = append_log(&self.dir.path().join("dynalite.log"));
-        let mut cmd = Command::new(binary());
-        cmd.args(["--host", "127.0.0.1", "--port", &self.port.to_string()])
-            .arg("--path")
-            .arg(self.dir.path().join("data"))
-            // Tables are usable sooner than DynamoDB's seconds, but not at once: lockrun must
-            // still wait for ACTIVE.
-            .args(["--createTableMs", "100"])
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("log fd"))
-            .stderr(log);
-        let port = self.port;
-        self.process =
-            ServerProcess::spawn_ready(&mut cmd, "dynalite", Duration::from_secs(20), || {
-                TcpStream::connect(("127.0.0.1", port)).is_ok()
-            });
-        self.process.is_some()
-    }
-
-    /// The URL for a client connecting on `port` (the server's own, or a proxy's).
-    pub fn url_on(&self, port: u16) -> String {
-        format!("dynamodb://{TABLE}?endpoint=http://127.0.0.1:{port}")
-    }
-
     /// One DynamoDB call (`target` such as `GetItem`, `body` its JSON), signed with dummy
     /// credentials; the answer's JSON. Panics if the server does not answer.
     pub fn call(&self, target: &str, body: &serde_json::Value) -> serde_json::Value {
@@ -124,22 +84,66 @@ fn binary() -> PathBuf {
     path
 }
 
+impl SingleServer for Dynalite {
+    const PROGRAM: &'static str = "dynalite";
+
+    fn port(&self) -> u16 {
+        self.port
+    }
+
+    fn url_on(&self, port: u16) -> String {
+        format!("dynamodb://{TABLE}?endpoint=http://127.0.0.1:{port}")
+    }
+
+    fn process(&self) -> Option<&ServerProcess> {
+        self.process.as_ref()
+    }
+
+    /// Ready when its port accepts connections.
+    fn launch(&mut self, port: u16) -> bool {
+        self.port = port;
+        let log = append_log(&self.log_file());
+        let mut cmd = Command::new(binary());
+        cmd.args(["--host", "127.0.0.1", "--port", &port.to_string()])
+            .arg("--path")
+            .arg(self.dir.path().join("data"))
+            // Tables are usable sooner than DynamoDB's seconds, but not at once: lockrun must
+            // still wait for ACTIVE.
+            .args(["--createTableMs", "100"])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log fd"))
+            .stderr(log);
+        self.process =
+            ServerProcess::spawn_ready(&mut cmd, Self::PROGRAM, Duration::from_secs(20), || {
+                TcpStream::connect(("127.0.0.1", port)).is_ok()
+            });
+        self.process.is_some()
+    }
+
+    fn log_file(&self) -> PathBuf {
+        self.dir.path().join("dynalite.log")
+    }
+}
+
 impl Fixture for Dynalite {
     /// dynalite is a Node.js server: it answers in milliseconds, but stalls for hundreds on a
     /// loaded test machine, where a 2 s lease leaves a renewal only 500 ms (as for etcd).
     const TTL: &'static str = "3s";
     const PUSHED_REVOCATION: bool = false;
 
+    /// A server with an empty store.
     fn start() -> Self {
-        Dynalite::start()
+        let mut server = Dynalite {
+            port: 0,
+            dir: tempfile::tempdir().expect("temp dir"),
+            process: None,
+        };
+        server.launch_on_fresh_ports();
+        server
     }
 
     fn with_password(_password: &str) -> Option<Self> {
         None
-    }
-
-    fn url(&self) -> String {
-        self.url_on(self.port)
     }
 
     fn url_at(authority: &str) -> String {
@@ -166,21 +170,8 @@ impl Fixture for Dynalite {
         .collect()
     }
 
-    fn proxied(&self) -> Option<(Proxy, String)> {
-        Some(Proxy::in_front_of(self.port, |port| self.url_on(port)))
-    }
-
-    fn servers(&self) -> Vec<&ServerProcess> {
-        self.process.iter().collect()
-    }
-
     fn restart(&mut self, _wipe: bool) {
-        self.kill();
-        assert!(
-            self.launch(),
-            "dynalite did not restart on port {}",
-            self.port
-        );
+        self.relaunch();
     }
 
     fn counter(&self, name: &str) -> Counter {

@@ -10,14 +10,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use super::cluster::{Cluster, MemberProcesses};
+use super::cluster::{Cluster, MemberProcesses, Members};
 use super::fixture::{Counter, Fixture, free_port};
-use super::proxy::Proxy;
-use super::server_process::{ServerProcess, append_log, on_fresh_ports};
+use super::server_process::{ServerProcess, append_log};
 use super::wait::{text, wait_until};
-
-/// How long a member (or the whole cluster) may take to become healthy.
-const READY: Duration = Duration::from_secs(20);
 
 /// Raft timing: etcd's defaults (heartbeat 100 ms, election 1 s, so a 2 s minimum lease), or a
 /// faster one for clusters whose tests kill members (elections in about half a second).
@@ -63,35 +59,96 @@ impl EtcdCluster {
     }
 
     fn start_with(size: usize, pace: Pace, tls: Option<(PathBuf, bool)>) -> Self {
-        on_fresh_ports(|attempt| {
-            let mut cluster = EtcdCluster {
-                processes: MemberProcesses::new(size),
-                dir: tempfile::tempdir().expect("temp dir"),
-                members: (0..size)
-                    .map(|i| Member {
-                        name: format!("m{i}"),
-                        client_port: free_port(),
-                        peer_port: free_port(),
-                    })
-                    .collect(),
-                pace,
-                token: format!("lockrun-test-{}-{attempt}", std::process::id()),
-                tls: tls.as_ref().map(|(certs, _)| certs.clone()),
-                client_auth: tls.as_ref().is_some_and(|(_, auth)| *auth),
-                password: None,
-            };
-            for i in 0..size {
-                cluster.launch(i);
-            }
-            let healthy = wait_until(READY, || {
-                cluster.processes.all_running() && (0..size).all(|i| cluster.healthy(i))
-            });
-            healthy.then_some(cluster)
+        Self::started(|attempt| EtcdCluster {
+            processes: MemberProcesses::new(size),
+            dir: tempfile::tempdir().expect("temp dir"),
+            members: (0..size)
+                .map(|i| Member {
+                    name: format!("m{i}"),
+                    client_port: free_port(),
+                    peer_port: free_port(),
+                })
+                .collect(),
+            pace,
+            token: format!("lockrun-test-{}-{attempt}", std::process::id()),
+            tls: tls.as_ref().map(|(certs, _)| certs.clone()),
+            client_auth: tls.as_ref().is_some_and(|(_, auth)| *auth),
+            password: None,
         })
-        .expect("etcd did not start (is the etcd-server package installed?)")
     }
 
-    /// Spawns member `i` on its ports, with its data directory.
+    /// Turns authentication on, with a `root` user whose password is `password`.
+    pub fn enable_auth(&mut self, password: &str) {
+        for args in [
+            &["user", "add", &format!("root:{password}")][..],
+            &["auth", "enable"],
+        ] {
+            let out = self.etcdctl(args);
+            assert!(
+                out.status.success(),
+                "etcdctl {args:?}: {}",
+                text(&out.stderr)
+            );
+        }
+        self.password = Some(password.to_owned());
+    }
+
+    /// Starts member `i` again on its ports, with its data; waits until it answers a health check
+    /// when `wait_healthy` (a member alone without its quorum never does).
+    pub fn restart_member(&mut self, i: usize, wait_healthy: bool) {
+        self.kill_member(i);
+        self.launch(i);
+        if wait_healthy {
+            assert!(
+                wait_until(Self::READY, || self.serving(i)),
+                "etcd member {i} did not come back"
+            );
+        }
+    }
+
+    /// Runs `etcdctl` (API v3) against every member.
+    pub fn etcdctl(&self, args: &[&str]) -> Output {
+        let endpoints: Vec<String> = (0..self.members.len()).map(|i| self.endpoint(i)).collect();
+        let mut cmd = Command::new("etcdctl");
+        cmd.env("ETCDCTL_API", "3")
+            .args(["--endpoints", &endpoints.join(",")])
+            .args(["--command-timeout", "3s"]);
+        if let Some(password) = &self.password {
+            cmd.arg(format!("--user=root:{password}"));
+        }
+        cmd.args(args).output().expect("run etcdctl")
+    }
+}
+
+impl Members for EtcdCluster {
+    const SCHEME: &'static str = "etcd";
+    const NAME: &'static str = "etcd";
+    const PACKAGE: &'static str = "the etcd-server package";
+    const READY: Duration = Duration::from_secs(20);
+
+    fn size(&self) -> usize {
+        self.members.len()
+    }
+
+    fn client_port(&self, i: usize) -> u16 {
+        self.members[i].client_port
+    }
+
+    /// `root`'s password once auth is on.
+    fn userinfo(&self) -> String {
+        self.password
+            .as_ref()
+            .map_or_else(String::new, |password| format!("root:{password}@"))
+    }
+
+    fn processes(&self) -> &MemberProcesses {
+        &self.processes
+    }
+
+    fn processes_mut(&mut self) -> &mut MemberProcesses {
+        &mut self.processes
+    }
+
     fn launch(&mut self, i: usize) {
         let initial: Vec<String> = self
             .members
@@ -137,8 +194,8 @@ impl EtcdCluster {
             .set(i, ServerProcess::spawn(&mut cmd, "etcd"));
     }
 
-    /// Whether member `i` answers a health check (which needs the quorum).
-    fn healthy(&self, i: usize) -> bool {
+    /// A health check passes (it needs the quorum).
+    fn serving(&self, i: usize) -> bool {
         let mut cmd = Command::new("etcdctl");
         if let Some(certs) = &self.tls {
             cmd.arg("--cacert").arg(certs.join("ca.crt"));
@@ -157,84 +214,6 @@ impl EtcdCluster {
             .stderr(Stdio::null())
             .status()
             .is_ok_and(|s| s.success())
-    }
-
-    /// `127.0.0.1:PORT` of member `i`'s client URL.
-    pub fn endpoint(&self, i: usize) -> String {
-        format!("127.0.0.1:{}", self.members[i].client_port)
-    }
-
-    pub fn client_port(&self, i: usize) -> u16 {
-        self.members[i].client_port
-    }
-
-    /// `etcd://` with every member, member 0 first (and `root`'s password once auth is on).
-    pub fn url(&self) -> String {
-        let endpoints: Vec<String> = (0..self.members.len()).map(|i| self.endpoint(i)).collect();
-        format!("etcd://{}{}", self.userinfo(), endpoints.join(","))
-    }
-
-    fn userinfo(&self) -> String {
-        self.password
-            .as_ref()
-            .map_or_else(String::new, |password| format!("root:{password}@"))
-    }
-
-    /// Turns authentication on, with a `root` user whose password is `password`.
-    pub fn enable_auth(&mut self, password: &str) {
-        for args in [
-            &["user", "add", &format!("root:{password}")][..],
-            &["auth", "enable"],
-        ] {
-            let out = self.etcdctl(args);
-            assert!(
-                out.status.success(),
-                "etcdctl {args:?}: {}",
-                text(&out.stderr)
-            );
-        }
-        self.password = Some(password.to_owned());
-    }
-
-    /// Kills member `i` (SIGKILL: no goodbye to its peers or clients).
-    pub fn kill_member(&mut self, i: usize) {
-        self.processes.kill(i);
-    }
-
-    /// Starts member `i` again on its ports, with its data; waits until it answers a health check
-    /// when `wait_healthy` (a member alone without its quorum never does).
-    pub fn restart_member(&mut self, i: usize, wait_healthy: bool) {
-        self.kill_member(i);
-        self.launch(i);
-        if wait_healthy {
-            assert!(
-                wait_until(READY, || self.healthy(i)),
-                "etcd member {i} did not come back"
-            );
-        }
-    }
-
-    /// Runs `etcdctl` (API v3) against every member.
-    pub fn etcdctl(&self, args: &[&str]) -> Output {
-        let endpoints: Vec<String> = (0..self.members.len()).map(|i| self.endpoint(i)).collect();
-        let mut cmd = Command::new("etcdctl");
-        cmd.env("ETCDCTL_API", "3")
-            .args(["--endpoints", &endpoints.join(",")])
-            .args(["--command-timeout", "3s"]);
-        if let Some(password) = &self.password {
-            cmd.arg(format!("--user=root:{password}"));
-        }
-        cmd.args(args).output().expect("run etcdctl")
-    }
-
-    /// The members that are up.
-    fn servers(&self) -> Vec<&ServerProcess> {
-        self.processes.up()
-    }
-
-    /// Kills every member.
-    pub fn kill_all(&mut self) {
-        self.processes.kill_all();
     }
 }
 
@@ -262,10 +241,6 @@ impl<const MEMBERS: usize> Fixture for Etcd<MEMBERS> {
         Some(etcd)
     }
 
-    fn url(&self) -> String {
-        self.cluster.url()
-    }
-
     fn url_at(authority: &str) -> String {
         format!("etcd://{authority}")
     }
@@ -280,26 +255,10 @@ impl<const MEMBERS: usize> Fixture for Etcd<MEMBERS> {
         ]
     }
 
-    /// Every request through one proxy in front of member 0 (the URL names no other member).
-    fn proxied(&self) -> Option<(Proxy, String)> {
-        Some(Proxy::in_front_of(self.client_port(0), |port| {
-            format!("etcd://{}127.0.0.1:{port}", self.userinfo())
-        }))
-    }
-
-    fn servers(&self) -> Vec<&ServerProcess> {
-        self.cluster.servers()
-    }
-
     /// Tokens are revisions kept in the members' data, which a crash keeps: a wipe changes
     /// nothing here.
     fn restart(&mut self, _wipe: bool) {
-        self.cluster.kill_all();
-        for i in 0..MEMBERS {
-            self.cluster.launch(i);
-        }
-        let healthy = wait_until(READY, || (0..MEMBERS).all(|i| self.cluster.healthy(i)));
-        assert!(healthy, "etcd did not come back after a restart");
+        self.cluster.restart_all();
     }
 
     fn counter(&self, _name: &str) -> Counter {

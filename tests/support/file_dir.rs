@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use super::fixture::{Counter, Fixture};
+use super::fixture::{Counter, Fixture, Reachable};
 use super::proxy::Proxy;
 use super::server_process::ServerProcess;
 
@@ -39,6 +39,21 @@ impl FileDir {
     }
 }
 
+impl Reachable for FileDir {
+    fn url(&self) -> String {
+        format!("file://{}", self.state().display())
+    }
+
+    fn proxied(&self) -> Option<(Proxy, String)> {
+        None
+    }
+
+    /// Nothing to kill or freeze: a kernel lock needs no process but its holder.
+    fn servers(&self) -> Vec<&ServerProcess> {
+        Vec::new()
+    }
+}
+
 impl Fixture for FileDir {
     const EXPIRES: bool = false;
     const FORCE_RELEASE: bool = false;
@@ -53,25 +68,12 @@ impl Fixture for FileDir {
         None
     }
 
-    fn url(&self) -> String {
-        format!("file://{}", self.state().display())
-    }
-
     fn url_at(authority: &str) -> String {
         format!("file://{authority}/var/lib/lockrun")
     }
 
     fn unreachable() -> (String, String) {
         ("file:///dev/null/locks".into(), "/dev/null/locks".into())
-    }
-
-    fn proxied(&self) -> Option<(Proxy, String)> {
-        None
-    }
-
-    /// Nothing to kill or freeze: a kernel lock needs no process but its holder.
-    fn servers(&self) -> Vec<&ServerProcess> {
-        Vec::new()
     }
 
     fn kill(&mut self) {

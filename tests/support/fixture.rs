@@ -22,9 +22,24 @@ pub enum Counter {
     AtLeast(u64),
 }
 
+/// How tests reach a backend, and which processes a fault hits: written once for every backend
+/// that is one server ([`SingleServer`](super::single_server::SingleServer)) and once for every
+/// cluster ([`Members`](super::cluster::Members)).
+pub trait Reachable {
+    /// The backend URL that reaches it (with the password, if it has one).
+    fn url(&self) -> String;
+
+    /// A fault proxy in front of the server and the URL through it; `None` without a network.
+    fn proxied(&self) -> Option<(Proxy, String)>;
+
+    /// Every server process behind the backend (none for a state directory): a fault hits them
+    /// all.
+    fn servers(&self) -> Vec<&ServerProcess>;
+}
+
 /// The capabilities default to what the contract promises on a networked backend; a fixture
 /// overrides what its backend does differently.
-pub trait Fixture: Sized {
+pub trait Fixture: Reachable + Sized {
     /// The TTL its scenarios ask for (etcd raises shorter leases to 2 s, so its fixtures use 3 s).
     const TTL: &'static str = "2s";
     /// Leases run out by the backend's clock when no renewal comes (not for a kernel lock, which
@@ -51,9 +66,6 @@ pub trait Fixture: Sized {
     /// Starts one whose clients must give `password`; `None` when the backend has no passwords.
     fn with_password(password: &str) -> Option<Self>;
 
-    /// The backend URL that reaches it (with the password, if it has one).
-    fn url(&self) -> String;
-
     /// A URL of this backend's scheme for `authority` (`userinfo@host:port`), as a user would
     /// write it.
     fn url_at(authority: &str) -> String;
@@ -68,13 +80,6 @@ pub trait Fixture: Sized {
     fn malformed() -> Vec<(String, String)> {
         Vec::new()
     }
-
-    /// A fault proxy in front of the server and the URL through it; `None` without a network.
-    fn proxied(&self) -> Option<(Proxy, String)>;
-
-    /// Every server process behind the backend (none for a state directory): a fault hits them
-    /// all.
-    fn servers(&self) -> Vec<&ServerProcess>;
 
     /// The backend goes away under its clients (SIGKILL; a state directory overrides it).
     fn kill(&mut self) {

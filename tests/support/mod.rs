@@ -22,6 +22,7 @@ pub mod redlock_servers;
 pub mod scene;
 pub mod server_process;
 pub mod server_user;
+pub mod single_server;
 pub mod timing;
 pub mod tools;
 pub mod wait;

@@ -19,9 +19,9 @@ use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use super::fixture::{Counter, Fixture, free_port};
-use super::proxy::Proxy;
-use super::server_process::{ServerProcess, on_fresh_ports, sent};
+use super::fixture::{Counter, Fixture};
+use super::server_process::{ServerProcess, sent};
+use super::single_server::SingleServer;
 use super::wait::{answer, text};
 
 /// The database the tests' URLs name.
@@ -55,11 +55,6 @@ pub struct MySqlServer {
 }
 
 impl MySqlServer {
-    /// Starts a server whose root user needs no password.
-    pub fn start() -> Self {
-        Self::start_with(None, None)
-    }
-
     /// Starts a server that also accepts TLS, with the certificates in `certs` (see
     /// `support::certs`).
     pub fn with_tls(certs: &Path) -> Self {
@@ -76,15 +71,7 @@ impl MySqlServer {
             dir,
             process: None,
         };
-        let started = on_fresh_ports(|_| {
-            server.port = free_port();
-            server.launch().then_some(())
-        });
-        assert!(
-            started.is_some(),
-            "mariadbd did not start; log:\n{}",
-            server.log()
-        );
+        server.launch_on_fresh_ports();
         server.sql(&format!("CREATE DATABASE {DATABASE}"));
         if let Some(password) = &password {
             server.sql(&format!(
@@ -96,15 +83,15 @@ impl MySqlServer {
         server
     }
 
-    /// Spawns the server on `self.port` and waits until it greets clients; false if it exited.
-    fn launch(&mut self) -> bool {
+    /// The `mariadbd` command for a server on `self.port`.
+    fn command(&self) -> Command {
         let root = self.dir.path();
         let mut cmd = Command::new(mariadbd());
         cmd.arg("--no-defaults")
             .arg(format!("--datadir={}", root.join("data").display()))
             .arg(format!("--socket={}", root.join("mysqld.sock").display()))
             .arg(format!("--pid-file={}", root.join("mysqld.pid").display()))
-            .arg(format!("--log-error={}", root.join("mysqld.log").display()))
+            .arg(format!("--log-error={}", self.log_file().display()))
             .arg(format!("--port={}", self.port))
             // A TLS server also listens on 127.0.0.2, an address its certificate does not name.
             .arg(match self.tls {
@@ -134,30 +121,7 @@ impl MySqlServer {
         if nix::unistd::geteuid().is_root() {
             cmd.arg("--user=root");
         }
-        let port = self.port;
-        self.process =
-            ServerProcess::spawn_ready(&mut cmd, "mariadbd", Duration::from_secs(30), || {
-                greets(port)
-            });
-        self.process.is_some()
-    }
-
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
-    /// The URL for a client connecting on `port` (the server's own, or a proxy's).
-    pub fn url_on(&self, port: u16) -> String {
-        match &self.password {
-            Some(password) => {
-                format!("mysql://{APP_USER}:{password}@127.0.0.1:{port}/{DATABASE}")
-            }
-            None => format!("mysql://root@127.0.0.1:{port}/{DATABASE}"),
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("mysqld.log")).unwrap_or_default()
+        cmd
     }
 
     /// Runs SQL through the `mariadb` client as root, over the server's socket.
@@ -179,17 +143,50 @@ impl MySqlServer {
     }
 }
 
+impl SingleServer for MySqlServer {
+    const PROGRAM: &'static str = "mariadbd";
+
+    fn port(&self) -> u16 {
+        self.port
+    }
+
+    fn url_on(&self, port: u16) -> String {
+        match &self.password {
+            Some(password) => {
+                format!("mysql://{APP_USER}:{password}@127.0.0.1:{port}/{DATABASE}")
+            }
+            None => format!("mysql://root@127.0.0.1:{port}/{DATABASE}"),
+        }
+    }
+
+    fn process(&self) -> Option<&ServerProcess> {
+        self.process.as_ref()
+    }
+
+    /// Ready when it greets clients.
+    fn launch(&mut self, port: u16) -> bool {
+        self.port = port;
+        let mut cmd = self.command();
+        self.process =
+            ServerProcess::spawn_ready(&mut cmd, Self::PROGRAM, Duration::from_secs(30), || {
+                greets(port)
+            });
+        self.process.is_some()
+    }
+
+    fn log_file(&self) -> PathBuf {
+        self.dir.path().join("mysqld.log")
+    }
+}
+
 impl Fixture for MySqlServer {
+    /// A server whose root user needs no password.
     fn start() -> Self {
-        MySqlServer::start()
+        Self::start_with(None, None)
     }
 
     fn with_password(password: &str) -> Option<Self> {
         Some(Self::start_with(Some(password.to_owned()), None))
-    }
-
-    fn url(&self) -> String {
-        self.url_on(self.port)
     }
 
     fn url_at(authority: &str) -> String {
@@ -210,24 +207,10 @@ impl Fixture for MySqlServer {
         ]
     }
 
-    fn proxied(&self) -> Option<(Proxy, String)> {
-        Some(Proxy::in_front_of(self.port, |port| self.url_on(port)))
-    }
-
-    fn servers(&self) -> Vec<&ServerProcess> {
-        self.process.iter().collect()
-    }
-
     /// A crash and a start on the same port with the same data; wiping, lockrun's rows are then
     /// deleted (its token counters with them), as a restore from an old backup would leave them.
     fn restart(&mut self, wipe: bool) {
-        self.kill();
-        assert!(
-            self.launch(),
-            "mariadbd did not restart on port {}; log:\n{}",
-            self.port,
-            self.log()
-        );
+        self.relaunch();
         if wipe {
             self.sql(&format!(
                 "DELETE FROM {DATABASE}.lockrun_names; DELETE FROM {DATABASE}.lockrun_leases; \

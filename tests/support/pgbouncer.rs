@@ -10,11 +10,12 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use super::fixture::{Counter, Fixture, free_port};
+use super::fixture::{Counter, Fixture, Reachable, free_port};
 use super::postgres_server::{PgServer, SUPERUSER};
 use super::proxy::Proxy;
 use super::server_process::{ServerProcess, on_fresh_ports};
 use super::server_user::ServerUser;
+use super::single_server::SingleServer;
 
 /// How a PgBouncer is configured.
 #[derive(Clone, Debug)]
@@ -168,6 +169,24 @@ impl Pooled {
     }
 }
 
+/// Clients reach the server through PgBouncer, through the fault proxy too; the faults hit the
+/// server behind it.
+impl Reachable for Pooled {
+    fn url(&self) -> String {
+        self.server.url_on(self.bouncer.port())
+    }
+
+    fn proxied(&self) -> Option<(Proxy, String)> {
+        Some(Proxy::in_front_of(self.bouncer.port(), |port| {
+            self.server.url_on(port)
+        }))
+    }
+
+    fn servers(&self) -> Vec<&ServerProcess> {
+        self.server.servers()
+    }
+}
+
 /// The server's capabilities, reached through PgBouncer: the faults hit the server behind it
 /// (PgBouncer keeps its clients' connections while the server goes away and comes back), and the
 /// fault proxy sits between lockrun and PgBouncer.
@@ -183,22 +202,8 @@ impl Fixture for Pooled {
         }))
     }
 
-    fn url(&self) -> String {
-        self.server.url_on(self.bouncer.port())
-    }
-
     fn url_at(authority: &str) -> String {
         PgServer::url_at(authority)
-    }
-
-    fn proxied(&self) -> Option<(Proxy, String)> {
-        Some(Proxy::in_front_of(self.bouncer.port(), |port| {
-            self.server.url_on(port)
-        }))
-    }
-
-    fn servers(&self) -> Vec<&ServerProcess> {
-        self.server.servers()
     }
 
     fn restart(&mut self, wipe: bool) {

@@ -14,10 +14,10 @@ use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use super::fixture::{Counter, Fixture, free_port};
-use super::proxy::Proxy;
-use super::server_process::{ServerProcess, append_log, on_fresh_ports};
+use super::fixture::{Counter, Fixture};
+use super::server_process::{ServerProcess, append_log};
 use super::server_user::ServerUser;
+use super::single_server::SingleServer;
 use super::wait::answer;
 
 /// The user name of the cluster's superuser.
@@ -36,11 +36,6 @@ pub struct PgServer {
 }
 
 impl PgServer {
-    /// Starts a cluster that trusts every local connection.
-    pub fn start() -> Self {
-        Self::start_with(None, false)
-    }
-
     /// Starts a cluster that also accepts TLS, with a certificate for `127.0.0.1` signed by a
     /// private authority ([`PgServer::ca_file`]); callers check `tools::openssl` first.
     pub fn with_tls() -> Self {
@@ -64,15 +59,7 @@ impl PgServer {
         if tls {
             server.make_certificates();
         }
-        let started = on_fresh_ports(|_| {
-            server.port = free_port();
-            server.launch().then_some(())
-        });
-        assert!(
-            started.is_some(),
-            "postgres did not start; log:\n{}",
-            server.log()
-        );
+        server.launch_on_fresh_ports();
         server
     }
 
@@ -123,11 +110,10 @@ impl PgServer {
         self.dir.path().join("ca.crt")
     }
 
-    /// Spawns the server on `self.port` and waits until it accepts connections; false if it
-    /// exited.
-    fn launch(&mut self) -> bool {
+    /// The `postgres` command for a server on `self.port`.
+    fn command(&self) -> Command {
         let root = self.dir.path();
-        let log = append_log(&root.join("postgres.log"));
+        let log = append_log(&self.log_file());
         let mut cmd = self.as_owner(self.bin.join("postgres"));
         cmd.arg("-D")
             .arg(root.join("data"))
@@ -158,20 +144,7 @@ impl PgServer {
             .stderr(log)
             // Its own group, so a kill reaches every backend.
             .process_group(0);
-        let port = self.port;
-        let isready = self.bin.join("pg_isready");
-        self.process =
-            ServerProcess::spawn_ready(&mut cmd, "postgres", Duration::from_secs(20), || {
-                Command::new(&isready)
-                    .args(["-q", "-h", "127.0.0.1", "-p", &port.to_string(), "-t", "1"])
-                    .status()
-                    .is_ok_and(|s| s.success())
-            });
-        self.process.is_some()
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("postgres.log")).unwrap_or_default()
+        cmd
     }
 
     /// A command run as the server's user (when the tests run as root).
@@ -182,26 +155,6 @@ impl PgServer {
             .env_remove("PGPASSWORD")
             .env("LC_ALL", "C");
         cmd
-    }
-
-    /// `postgres://postgres@127.0.0.1:PORT/postgres` (with the password, if any).
-    pub fn url(&self) -> String {
-        self.url_on(self.port)
-    }
-
-    /// The URL, but for another port (a proxy in front of this server).
-    pub fn url_on(&self, port: u16) -> String {
-        match &self.password {
-            Some(password) => {
-                format!("postgres://{SUPERUSER}:{password}@127.0.0.1:{port}/postgres")
-            }
-            None => format!("postgres://{SUPERUSER}@127.0.0.1:{port}/postgres"),
-        }
-    }
-
-    /// The port the server listens on.
-    pub fn port(&self) -> u16 {
-        self.port
     }
 
     /// The directory of the server's programs (`psql`, `pg_ctl`, …).
@@ -228,42 +181,66 @@ impl PgServer {
     }
 }
 
+impl SingleServer for PgServer {
+    const PROGRAM: &'static str = "postgres";
+
+    fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `postgres://postgres@127.0.0.1:PORT/postgres` (with the password, if any).
+    fn url_on(&self, port: u16) -> String {
+        match &self.password {
+            Some(password) => {
+                format!("postgres://{SUPERUSER}:{password}@127.0.0.1:{port}/postgres")
+            }
+            None => format!("postgres://{SUPERUSER}@127.0.0.1:{port}/postgres"),
+        }
+    }
+
+    /// The postmaster, whose backends a fault hits with it: none is left attached to the shared
+    /// memory after a kill, which would stop a restart.
+    fn process(&self) -> Option<&ServerProcess> {
+        self.process.as_ref()
+    }
+
+    /// Ready when `pg_isready` says it accepts connections.
+    fn launch(&mut self, port: u16) -> bool {
+        self.port = port;
+        let mut cmd = self.command();
+        let isready = self.bin.join("pg_isready");
+        self.process =
+            ServerProcess::spawn_ready(&mut cmd, Self::PROGRAM, Duration::from_secs(20), || {
+                Command::new(&isready)
+                    .args(["-q", "-h", "127.0.0.1", "-p", &port.to_string(), "-t", "1"])
+                    .status()
+                    .is_ok_and(|s| s.success())
+            });
+        self.process.is_some()
+    }
+
+    fn log_file(&self) -> PathBuf {
+        self.dir.path().join("postgres.log")
+    }
+}
+
 impl Fixture for PgServer {
+    /// A cluster that trusts every local connection.
     fn start() -> Self {
-        PgServer::start()
+        Self::start_with(None, false)
     }
 
     fn with_password(password: &str) -> Option<Self> {
         Some(Self::start_with(Some(password.to_owned()), false))
     }
 
-    fn url(&self) -> String {
-        self.url_on(self.port)
-    }
-
     fn url_at(authority: &str) -> String {
         format!("postgres://{authority}/postgres")
     }
 
-    fn proxied(&self) -> Option<(Proxy, String)> {
-        Some(Proxy::in_front_of(self.port, |port| self.url_on(port)))
-    }
-
-    /// The postmaster, whose backends a fault hits with it: none is left attached to the shared
-    /// memory after a kill, which would stop a restart.
-    fn servers(&self) -> Vec<&ServerProcess> {
-        self.process.iter().collect()
-    }
-
     /// Starts the server again on the same port with the same data.
     fn restart(&mut self, _wipe: bool) {
-        self.kill();
-        assert!(
-            self.launch(),
-            "postgres did not restart on port {}; log:\n{}",
-            self.port,
-            self.log()
-        );
+        self.relaunch();
     }
 
     fn counter(&self, name: &str) -> Counter {

@@ -10,9 +10,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use super::fixture::{Counter, Fixture, free_port};
-use super::proxy::Proxy;
-use super::server_process::{ServerProcess, on_fresh_ports, sent};
+use super::fixture::{Counter, Fixture};
+use super::server_process::{ServerProcess, sent};
+use super::single_server::SingleServer;
 use super::wait::answer;
 
 /// A running `redis-server` owned by one test.
@@ -30,11 +30,6 @@ pub struct RedisServer {
 }
 
 impl RedisServer {
-    /// Starts a server without a password.
-    pub fn start() -> Self {
-        Self::start_with(None, None)
-    }
-
     /// Starts a TLS-only server with the certificates in `certs` (see `support::certs`).
     pub fn with_tls(certs: &Path) -> Self {
         Self::start_with(None, Some(certs.to_owned()))
@@ -57,22 +52,20 @@ impl RedisServer {
         tls: Option<PathBuf>,
         clock: Option<(String, PathBuf)>,
     ) -> Self {
-        on_fresh_ports(|_| {
-            let mut server = RedisServer {
-                port: free_port(),
-                password: password.clone(),
-                tls: tls.clone(),
-                clock: clock.clone(),
-                dir: tempfile::tempdir().expect("temp dir"),
-                process: None,
-            };
-            server.launch().then_some(server)
-        })
-        .expect("redis-server did not start (is it installed?)")
+        let mut server = RedisServer {
+            port: 0,
+            password,
+            tls,
+            clock,
+            dir: tempfile::tempdir().expect("temp dir"),
+            process: None,
+        };
+        server.launch_on_fresh_ports();
+        server
     }
 
-    /// Spawns the server on `self.port` and waits until it answers; false if it exited.
-    fn launch(&mut self) -> bool {
+    /// The `redis-server` command for a server on `self.port`.
+    fn command(&self) -> Command {
         let mut cmd = Command::new("redis-server");
         match &self.tls {
             None => cmd.args(["--port", &self.port.to_string()]),
@@ -93,7 +86,7 @@ impl RedisServer {
             .arg(self.dir.path())
             .args(["--daemonize", "no", "--protected-mode", "no"])
             .arg("--logfile")
-            .arg(self.dir.path().join("redis.log"))
+            .arg(self.log_file())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
@@ -106,28 +99,7 @@ impl RedisServer {
                 .env("FAKETIME_NO_CACHE", "1")
                 .env("DONT_FAKE_MONOTONIC", "1");
         }
-        let (port, tls) = (self.port, self.tls.is_some());
-        self.process =
-            ServerProcess::spawn_ready(&mut cmd, "redis-server", Duration::from_secs(10), || {
-                match tls {
-                    // Listening is as much as can be seen without a TLS client.
-                    true => TcpStream::connect(("127.0.0.1", port)).is_ok(),
-                    false => answers_ping(port),
-                }
-            });
-        self.process.is_some()
-    }
-
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
-    /// The URL for a client connecting on `port` (the server's own, or a proxy's).
-    fn url_on(&self, port: u16) -> String {
-        match &self.password {
-            Some(password) => format!("redis://:{password}@127.0.0.1:{port}"),
-            None => format!("redis://127.0.0.1:{port}"),
-        }
+        cmd
     }
 
     /// Runs `redis-cli` against this server.
@@ -146,29 +118,57 @@ impl RedisServer {
     }
 }
 
+impl SingleServer for RedisServer {
+    const PROGRAM: &'static str = "redis-server";
+
+    fn port(&self) -> u16 {
+        self.port
+    }
+
+    fn url_on(&self, port: u16) -> String {
+        match &self.password {
+            Some(password) => format!("redis://:{password}@127.0.0.1:{port}"),
+            None => format!("redis://127.0.0.1:{port}"),
+        }
+    }
+
+    fn process(&self) -> Option<&ServerProcess> {
+        self.process.as_ref()
+    }
+
+    /// Ready when it answers PING (or, speaking only TLS, when it listens).
+    fn launch(&mut self, port: u16) -> bool {
+        self.port = port;
+        let mut cmd = self.command();
+        let tls = self.tls.is_some();
+        self.process =
+            ServerProcess::spawn_ready(&mut cmd, Self::PROGRAM, Duration::from_secs(10), || {
+                match tls {
+                    // Listening is as much as can be seen without a TLS client.
+                    true => TcpStream::connect(("127.0.0.1", port)).is_ok(),
+                    false => answers_ping(port),
+                }
+            });
+        self.process.is_some()
+    }
+
+    fn log_file(&self) -> PathBuf {
+        self.dir.path().join("redis.log")
+    }
+}
+
 impl Fixture for RedisServer {
+    /// A server without a password.
     fn start() -> Self {
-        RedisServer::start()
+        Self::start_with(None, None)
     }
 
     fn with_password(password: &str) -> Option<Self> {
         Some(Self::start_with(Some(password.to_owned()), None))
     }
 
-    fn url(&self) -> String {
-        self.url_on(self.port)
-    }
-
     fn url_at(authority: &str) -> String {
         format!("redis://{authority}")
-    }
-
-    fn proxied(&self) -> Option<(Proxy, String)> {
-        Some(Proxy::in_front_of(self.port, |port| self.url_on(port)))
-    }
-
-    fn servers(&self) -> Vec<&ServerProcess> {
-        self.process.iter().collect()
     }
 
     /// Keeping the keys: saved to `dump.rdb` just before the crash, loaded at the start.
@@ -179,12 +179,7 @@ impl Fixture for RedisServer {
         } else {
             assert_eq!(self.ask(&["SAVE"]), "OK");
         }
-        self.kill();
-        assert!(
-            self.launch(),
-            "redis-server did not restart on port {}",
-            self.port
-        );
+        self.relaunch();
         let keys = self.ask(&["DBSIZE"]);
         assert_eq!(
             keys == "0",

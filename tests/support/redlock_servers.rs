@@ -7,10 +7,11 @@
 
 use std::path::Path;
 
-use super::fixture::{Counter, Fixture, free_port};
+use super::fixture::{Counter, Fixture, Reachable, free_port};
 use super::proxy::Proxy;
 use super::redis_server::RedisServer;
 use super::server_process::ServerProcess;
+use super::single_server::SingleServer;
 
 /// `N` independent `redis-server` masters owned by one test.
 pub struct RedlockServers<const N: usize> {
@@ -86,6 +87,23 @@ impl<const N: usize> RedlockServers<N> {
     }
 }
 
+impl<const N: usize> Reachable for RedlockServers<N> {
+    fn url(&self) -> String {
+        self.url_on(&self.ports())
+    }
+
+    /// One proxy, with one port per master, whose faults hit every master at once.
+    fn proxied(&self) -> Option<(Proxy, String)> {
+        let proxy = Proxy::start_each(&self.ports());
+        let url = self.url_on(proxy.ports());
+        Some((proxy, url))
+    }
+
+    fn servers(&self) -> Vec<&ServerProcess> {
+        self.masters.iter().flat_map(RedisServer::servers).collect()
+    }
+}
+
 impl<const N: usize> Fixture for RedlockServers<N> {
     fn start() -> Self {
         RedlockServers {
@@ -101,10 +119,6 @@ impl<const N: usize> Fixture for RedlockServers<N> {
                 .collect(),
             password: Some(password.to_owned()),
         })
-    }
-
-    fn url(&self) -> String {
-        self.url_on(&self.ports())
     }
 
     /// `authority` as the first master, and two more where nothing listens.
@@ -132,17 +146,6 @@ impl<const N: usize> Fixture for RedlockServers<N> {
                 "named twice".into(),
             ),
         ]
-    }
-
-    /// One proxy, with one port per master, whose faults hit every master at once.
-    fn proxied(&self) -> Option<(Proxy, String)> {
-        let proxy = Proxy::start_each(&self.ports());
-        let url = self.url_on(proxy.ports());
-        Some((proxy, url))
-    }
-
-    fn servers(&self) -> Vec<&ServerProcess> {
-        self.masters.iter().flat_map(RedisServer::servers).collect()
     }
 
     fn restart(&mut self, wipe: bool) {

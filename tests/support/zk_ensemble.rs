@@ -14,16 +14,13 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use super::cluster::{Cluster, MemberProcesses};
+use super::cluster::{Cluster, MemberProcesses, Members};
 use super::fixture::{Counter, Fixture, free_port};
-use super::proxy::Proxy;
-use super::server_process::{ServerProcess, append_log, on_fresh_ports, sent};
+use super::server_process::{ServerProcess, append_log, sent};
 use super::wait::wait_until;
 
 /// The server's jar (its manifest names the libraries it needs).
 const JAR: &str = "/usr/share/java/zookeeper.jar";
-/// How long a member (or the whole ensemble) may take to serve.
-const READY: Duration = Duration::from_secs(60);
 /// The user name of the digest identity in URLs with a password.
 pub const USER: &str = "lockrun";
 
@@ -51,8 +48,8 @@ impl ZkEnsemble {
 
     /// [`ZkEnsemble::start`] with Java system properties (`-Dkey=value`) for every member.
     pub fn start_with(size: usize, properties: &[&str]) -> Self {
-        on_fresh_ports(|_| {
-            let mut ensemble = ZkEnsemble {
+        Self::started(|_| {
+            let ensemble = ZkEnsemble {
                 processes: MemberProcesses::new(size),
                 dir: tempfile::tempdir().expect("temp dir"),
                 members: (0..size)
@@ -67,14 +64,9 @@ impl ZkEnsemble {
             };
             for i in 0..size {
                 ensemble.configure(i);
-                ensemble.launch(i);
             }
-            let ready = wait_until(READY, || {
-                ensemble.processes.all_running() && (0..size).all(|i| ensemble.mode(i).is_some())
-            });
-            ready.then_some(ensemble)
+            ensemble
         })
-        .expect("zookeeper did not start (is the zookeeper package installed, with a JRE?)")
     }
 
     fn member_dir(&self, i: usize) -> PathBuf {
@@ -107,24 +99,6 @@ impl ZkEnsemble {
         std::fs::write(dir.join("zoo.cfg"), cfg).expect("zoo.cfg");
     }
 
-    /// Spawns member `i` with its configuration.
-    fn launch(&mut self, i: usize) {
-        let dir = self.member_dir(i);
-        let log = append_log(&dir.join("server.log"));
-        let mut cmd = Command::new("java");
-        cmd.args(["-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"])
-            .args(["-cp", JAR, "-Dzookeeper.admin.enableServer=false"])
-            .args(&self.properties)
-            .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
-            .arg(dir.join("zoo.cfg"))
-            .current_dir(&dir)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("log file"))
-            .stderr(log);
-        let process = ServerProcess::spawn(&mut cmd, "java (is a JRE installed?)");
-        self.processes.set(i, process);
-    }
-
     /// Member `i`'s answer to a four-letter word, if it answers.
     pub fn four_letters(&self, i: usize, word: &str) -> Option<String> {
         let port = self.members[i].client_port;
@@ -146,7 +120,7 @@ impl ZkEnsemble {
     /// The member that leads (0 for a standalone server), once one does.
     pub fn leader(&self) -> usize {
         let mut found = None;
-        let led = wait_until(READY, || {
+        let led = wait_until(Self::READY, || {
             found = (0..self.members.len())
                 .find(|&i| matches!(self.mode(i).as_deref(), Some("leader" | "standalone")));
             found.is_some()
@@ -175,56 +149,63 @@ impl ZkEnsemble {
         u64::from_str_radix(hex.trim(), 16).expect("a hex zxid")
     }
 
-    pub fn client_port(&self, i: usize) -> u16 {
-        self.members[i].client_port
-    }
-
-    /// `127.0.0.1:PORT` of member `i`.
-    pub fn endpoint(&self, i: usize) -> String {
-        format!("127.0.0.1:{}", self.client_port(i))
-    }
-
-    /// `zk://` with every member, member 0 first (and the password, if set).
-    pub fn url(&self) -> String {
-        let endpoints: Vec<String> = (0..self.members.len()).map(|i| self.endpoint(i)).collect();
-        format!("zk://{}{}", self.userinfo(), endpoints.join(","))
-    }
-
-    /// `USER:PASSWORD@`, or nothing.
-    pub fn userinfo(&self) -> String {
-        self.password
-            .as_ref()
-            .map_or_else(String::new, |password| format!("{USER}:{password}@"))
-    }
-
-    /// Kills member `i` (SIGKILL: no goodbye to its peers or clients).
-    pub fn kill_member(&mut self, i: usize) {
-        self.processes.kill(i);
-    }
-
     /// Starts member `i` again on its ports, with its data.
     pub fn restart_member(&mut self, i: usize) {
         self.kill_member(i);
         self.launch(i);
     }
+}
 
-    /// Waits until every member serves again.
-    pub fn wait_serving(&mut self) {
-        let size = self.members.len();
-        let ready = wait_until(READY, || {
-            self.processes.all_running() && (0..size).all(|i| self.mode(i).is_some())
-        });
-        assert!(ready, "zookeeper did not serve again");
+impl Members for ZkEnsemble {
+    const SCHEME: &'static str = "zk";
+    const NAME: &'static str = "zookeeper";
+    const PACKAGE: &'static str = "the zookeeper package, with a JRE";
+    const READY: Duration = Duration::from_secs(60);
+
+    fn size(&self) -> usize {
+        self.members.len()
     }
 
-    /// The members that are up.
-    fn servers(&self) -> Vec<&ServerProcess> {
-        self.processes.up()
+    fn client_port(&self, i: usize) -> u16 {
+        self.members[i].client_port
     }
 
-    /// Kills every member.
-    pub fn kill_all(&mut self) {
-        self.processes.kill_all();
+    /// `USER:PASSWORD@`, or nothing.
+    fn userinfo(&self) -> String {
+        self.password
+            .as_ref()
+            .map_or_else(String::new, |password| format!("{USER}:{password}@"))
+    }
+
+    fn processes(&self) -> &MemberProcesses {
+        &self.processes
+    }
+
+    fn processes_mut(&mut self) -> &mut MemberProcesses {
+        &mut self.processes
+    }
+
+    /// With its configuration.
+    fn launch(&mut self, i: usize) {
+        let dir = self.member_dir(i);
+        let log = append_log(&dir.join("server.log"));
+        let mut cmd = Command::new("java");
+        cmd.args(["-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"])
+            .args(["-cp", JAR, "-Dzookeeper.admin.enableServer=false"])
+            .args(&self.properties)
+            .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
+            .arg(dir.join("zoo.cfg"))
+            .current_dir(&dir)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log file"))
+            .stderr(log);
+        let process = ServerProcess::spawn(&mut cmd, "java (is a JRE installed?)");
+        self.processes.set(i, process);
+    }
+
+    /// It answers `srvr` with its mode.
+    fn serving(&self, i: usize) -> bool {
+        self.mode(i).is_some()
     }
 }
 
@@ -246,10 +227,6 @@ impl<const MEMBERS: usize> Fixture for ZooKeeper<MEMBERS> {
         Some(zk)
     }
 
-    fn url(&self) -> String {
-        self.cluster.url()
-    }
-
     fn url_at(authority: &str) -> String {
         format!("zk://{authority}")
     }
@@ -262,25 +239,10 @@ impl<const MEMBERS: usize> Fixture for ZooKeeper<MEMBERS> {
         ]
     }
 
-    /// Every request through one proxy in front of member 0 (the URL names no other member).
-    fn proxied(&self) -> Option<(Proxy, String)> {
-        Some(Proxy::in_front_of(self.client_port(0), |port| {
-            format!("zk://{}127.0.0.1:{port}", self.userinfo())
-        }))
-    }
-
-    fn servers(&self) -> Vec<&ServerProcess> {
-        self.cluster.servers()
-    }
-
     /// Tokens are zxids, kept in the members' transaction logs, which a crash keeps: a wipe
     /// changes nothing here.
     fn restart(&mut self, _wipe: bool) {
-        self.cluster.kill_all();
-        for i in 0..MEMBERS {
-            self.cluster.launch(i);
-        }
-        self.cluster.wait_serving();
+        self.cluster.restart_all();
     }
 
     fn counter(&self, _name: &str) -> Counter {
