@@ -179,7 +179,7 @@ fn token(s: &Scene, name: &str) -> u64 {
 /// A minority of masters restarted with nothing (every key lost) under a holder that holds all of
 /// them: nobody else gets in, the holder runs on; then, each minority in turn restarted empty
 /// between two runs, every token is larger than the one before.
-fn minority_restarted_empty<const N: usize>() {
+fn a_minority_restarted_empty_lets_nobody_in_and_tokens_rise<const N: usize>() {
     let mut fx = RedlockServers::<N>::start();
     let s = Scene::new(fx.url());
     let before = token(&s, "empty");
@@ -206,16 +206,6 @@ fn minority_restarted_empty<const N: usize>() {
         last = next;
     }
     assert_eq!(s.overlaps(), "");
-}
-
-#[test]
-fn a_minority_restarted_empty_lets_nobody_in_and_tokens_rise() {
-    minority_restarted_empty::<3>();
-}
-
-#[test]
-fn two_of_five_restarted_empty_let_nobody_in_and_tokens_rise() {
-    minority_restarted_empty::<5>();
 }
 
 /// Master 0's wall clock stepped through libfaketime: an hour ahead, its token proposals jump (the
@@ -285,7 +275,7 @@ fn one_masters_clock_stepped_forward_and_back_keeps_tokens_rising_and_one_holder
 /// Six workers loop read-modify-write sections on one name through one proxy per master, the last
 /// master's answers 100 ms late: every update lands, tokens rise in the order the sections ran,
 /// and no section ran beside another.
-fn race_with_a_slow_master<const N: usize>() {
+fn six_workers_with_one_slow_master_lose_no_update<const N: usize>() {
     const WORKERS: usize = 6;
     const SECTIONS: usize = 4;
     let fx = RedlockServers::<N>::start();
@@ -320,12 +310,30 @@ fn race_with_a_slow_master<const N: usize>() {
     assert!(tokens.windows(2).all(|p| p[0] < p[1]), "{tokens:?}");
 }
 
-#[test]
-fn six_workers_with_one_slow_master_lose_no_update() {
-    race_with_a_slow_master::<3>();
+/// `on_masters!(module, N, scenario…)`: each scenario written once for any number of masters, run
+/// on N of them as its own test, `redlock::module::SCENARIO`.
+macro_rules! on_masters {
+    ($module:ident, $masters:literal, $($scenario:ident),* $(,)?) => {
+        mod $module {
+            $(
+                #[test]
+                fn $scenario() {
+                    super::$scenario::<$masters>();
+                }
+            )*
+        }
+    };
 }
 
-#[test]
-fn six_workers_with_one_slow_master_of_five_lose_no_update() {
-    race_with_a_slow_master::<5>();
-}
+on_masters!(
+    three_masters,
+    3,
+    a_minority_restarted_empty_lets_nobody_in_and_tokens_rise,
+    six_workers_with_one_slow_master_lose_no_update,
+);
+on_masters!(
+    five_masters,
+    5,
+    a_minority_restarted_empty_lets_nobody_in_and_tokens_rise,
+    six_workers_with_one_slow_master_lose_no_update,
+);
