@@ -14,7 +14,8 @@ owns everything they have in common:
   * the measurements, with the two tools' runs interleaved so machine drift hits both equally:
     uncontended cost, contention (8 x 15 read-modify-writes and the lost-update check),
     handoff latency and peak RSS (via /usr/bin/time -f %M or wait4);
-  * statistics (median, nearest-rank p90), free loopback ports, and the report: the
+  * statistics (median, nearest-rank p90), free loopback ports, the user a private PostgreSQL
+    runs as under root, and the report: the
     `metric | lockrun | ANCHOR | ratio | target` table with PASS/MISS and the counter lines.
 
 Python 3.11 standard library only, Linux only. Import it from a script in this folder with
@@ -33,6 +34,7 @@ import atexit
 import json
 import math
 import os
+import pwd
 import shutil
 import socket
 import statistics
@@ -224,6 +226,22 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def postgres_user(*owned: Path) -> str | None:
+    """The user a private PostgreSQL (or PgBouncer) runs as: None unless we are root, which they
+    refuse to run as; then postgres, else nobody, made the owner of the `owned` directories."""
+    if os.geteuid() != 0:
+        return None
+    for name in ("postgres", "nobody"):
+        try:
+            entry = pwd.getpwnam(name)
+        except KeyError:
+            continue
+        for path in owned:
+            os.chown(path, entry.pw_uid, entry.pw_gid)
+        return name
+    raise Broken("running as root, but there is no postgres or nobody user")
 
 
 # --------------------------------------------------------------------------------------------

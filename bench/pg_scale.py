@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import glob
 import os
-import pwd
 import resource
 import subprocess
 import sys
@@ -67,19 +66,6 @@ def bin_dir() -> Path:
     return Path(found[-1]).parent
 
 
-def owner() -> tuple[str | None, int | None, int | None]:
-    """The user to run the servers as: postgres (or nobody) when we are root."""
-    if os.geteuid() != 0:
-        return None, None, None
-    for name in ("postgres", "nobody"):
-        try:
-            entry = pwd.getpwnam(name)
-        except KeyError:
-            continue
-        return name, entry.pw_uid, entry.pw_gid
-    raise Broken("running as root, but there is no postgres or nobody user")
-
-
 def wait_for(what: str, check, proc: subprocess.Popen, timeout: float = 20) -> None:
     deadline = time.monotonic() + timeout
     while not check():
@@ -93,9 +79,7 @@ class Servers:
 
     def __init__(self, tmp: Path):
         self.bin = bin_dir()
-        self.user, uid, gid = owner()
-        if uid is not None:
-            os.chown(tmp, uid, gid)
+        self.user = benchlib.postgres_user(tmp)
         self.tmp = tmp
         self.port = benchlib.free_port()
         data = tmp / "data"

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import glob
 import os
-import pwd
 import subprocess
 import sys
 import tempfile
@@ -78,19 +77,7 @@ class Server:
     def __init__(self, tmp: Path):
         self.bin = bin_dir()
         self.port = benchlib.free_port()
-        self.user: str | None = None
-        if os.geteuid() == 0:
-            # PostgreSQL refuses to run as root.
-            for name in ("postgres", "nobody"):
-                try:
-                    entry = pwd.getpwnam(name)
-                except KeyError:
-                    continue
-                self.user = name
-                os.chown(tmp, entry.pw_uid, entry.pw_gid)
-                break
-            else:
-                raise Broken("running as root, but there is no postgres or nobody user")
+        self.user = benchlib.postgres_user(tmp)
         data = tmp / "data"
         init = subprocess.run(
             [str(self.bin / "initdb"), "-D", str(data), "-U", "postgres", "-A", "trust",

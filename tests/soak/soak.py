@@ -52,7 +52,6 @@ import argparse
 import glob
 import json
 import os
-import pwd
 import random
 import shutil
 import signal
@@ -384,19 +383,9 @@ class PostgresBackend(Backend):
         self.proc = None
         self.dir = tmp / "pg"
         self.dir.mkdir()
-        self.user = None
-        if os.geteuid() == 0:  # PostgreSQL refuses to run as root
-            for name in ("postgres", "nobody"):
-                try:
-                    entry = pwd.getpwnam(name)
-                except KeyError:
-                    continue
-                self.user = name
-                os.chmod(tmp, 0o711)
-                os.chown(self.dir, entry.pw_uid, entry.pw_gid)
-                break
-            else:
-                raise Broken("running as root, but there is no postgres or nobody user")
+        self.user = benchlib.postgres_user(self.dir)
+        if self.user is not None:
+            os.chmod(tmp, 0o711)  # so that the server's user reaches its directory
         init = subprocess.run(
             [str(self.bin / "initdb"), "-D", str(self.dir / "data"), "-U", "postgres",
              "-A", "trust", "-E", "UTF8", "--no-sync"],
