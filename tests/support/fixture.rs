@@ -1,8 +1,9 @@
 //! A backend under test: what the conformance suite needs to start one, reach it, break it and
 //! look inside it. A networked fixture is a real server the test starts on free loopback ports in
 //! a temporary directory, ready when it answers (polled), killed on drop; the file fixture is a
-//! private state directory. Adding a backend is one implementation of [`Fixture`] and one line in
-//! `tests/conformance.rs`.
+//! private state directory. Adding a backend is one implementation of [`Fixture`] (with
+//! [`Reachable`], which a one-server backend or a cluster gets from `SingleServer` or `Members`)
+//! and one line in `tests/conformance.rs`.
 //!
 //! Capabilities say where a backend's contract differs; the scenarios then assert the documented
 //! alternative instead of skipping (a kernel lock never expires: a crashed holder frees it at once).
