@@ -203,6 +203,7 @@ class Held:
     got: int
     rate: float  # server work per second while every name is held
     rss_mib: float
+    lost: int  # holders that did not end with status 0 (a lease lost while held)
 
 
 def rss_kib(pid: int) -> int:
@@ -218,13 +219,17 @@ def rss_kib(pid: int) -> int:
 def many_names(binary: str, backend: Backend, tmp: Path, names: int) -> Held:
     work = tmp / "names"
     work.mkdir()
+    # The holders block reading a FIFO until it is closed: a command that polled (a `sleep` a
+    # few times a second each) would make a thousand holders fork thousands of processes a
+    # second, and starve the lockruns of the CPU they renew with.
     go = work / "go"
+    os.mkfifo(go)
     pids = []
     for i in range(names):
         ready = work / f"r{i}"
         pids.append(spawn_quiet([
             binary, "--backend", backend.url, "--name", f"names/{i}", "--ttl", "15s",
-            "--no-wait", "--", "sh", "-c", ': > "$1"; while [ ! -e "$2" ]; do sleep 0.2; done',
+            "--no-wait", "--", "sh", "-c", ': > "$1"; read line < "$2" || :',
             "sh", str(ready), str(go)]))
     deadline = time.monotonic() + FILL_TIMEOUT_S
     while sum((work / f"r{i}").exists() for i in range(names)) < names:
@@ -236,9 +241,12 @@ def many_names(binary: str, backend: Backend, tmp: Path, names: int) -> Held:
     time.sleep(HOLD_WINDOW_S)
     rate = (backend.work() - before) / (time.monotonic() - start)
     rss = statistics.median(rss_kib(p) for p in pids) / 1024
-    go.touch()
-    wait_all(pids, f"{backend.label} holders", DRAIN_TIMEOUT_S)
-    return Held(got, rate, rss)
+    try:
+        os.close(os.open(go, os.O_WRONLY | os.O_NONBLOCK))  # end of file for every reader
+    except OSError:
+        pass  # no reader left
+    lost = wait_all(pids, f"{backend.label} holders", DRAIN_TIMEOUT_S)
+    return Held(got, rate, rss, lost)
 
 
 def main() -> int:
@@ -271,7 +279,8 @@ def main() -> int:
             verdict = "PASS" if q == queues[0] or growth <= TARGET_GROWTH else "MISS"
             table.append(f"| {label} | {q} | {d.gap_ms:.2f} | {d.p90_ms:.2f} | {growth:.2f}x "
                          f"{verdict} | {d.work:.1f} {backend.work_unit} |")
-        table.append(f"| {label} | {args.names} names held | got {held.got}/{args.names} | "
+        table.append(f"| {label} | {args.names} names held | got {held.got}/{args.names}, "
+                     f"{held.lost} failed | "
                      f"{held.rate:.0f} {backend.work_unit}/s | RSS {held.rss_mib:.1f} MiB | |")
         print(f"{label}: done", file=sys.stderr)
     print("| backend | queued | handoff median ms | p90 ms | growth vs first | server work / handoff |")
