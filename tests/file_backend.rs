@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::support::lockrun::{BIN, Proc, output, scrub};
 use crate::support::scene::Scene;
 use crate::support::tools::{self, chmod};
-use crate::support::wait::{code, numbers_in, text};
+use crate::support::wait::{SOON, code, numbers_in, text, wait_until};
 
 #[test]
 fn the_fencing_counter_survives_a_reboot_and_a_corrupt_one_runs_nothing() {
@@ -193,4 +193,75 @@ fn handoffs_under_cpu_contention_have_no_slow_outlier() {
     times.sort();
     let slowest = *times.last().unwrap();
     assert!(slowest < 700, "a handoff took {slowest} ms: {times:?}");
+}
+
+/// Guards against waiters turned away for want of an inotify instance: a user has 128 by default
+/// (`fs.inotify.max_user_instances`) and each waiter keeps one, so more waiters than that on one
+/// host used to fail with "too many open files". They now wait without one, and every one of
+/// them gets its turn.
+#[test]
+fn more_waiters_than_inotify_instances_all_get_their_turn() {
+    let Some(top) = tools::dir_for_another_user(0o777) else {
+        return;
+    };
+    // The budget is per user: one that no other test acts as.
+    let uid = 61_234;
+    let budget: usize = std::fs::read_to_string("/proc/sys/fs/inotify/max_user_instances")
+        .expect("read fs.inotify.max_user_instances")
+        .trim()
+        .parse()
+        .expect("a number");
+    let waiters = budget + 20;
+    let url = format!("file://{}/state", top.path().display());
+    let run = |args: &str| {
+        let script = format!("exec {BIN} --backend {url} --name many {args}");
+        let mut cmd = tools::as_user(uid);
+        cmd.args(["sh", "-c", &script]).current_dir(top.path());
+        scrub(&mut cmd);
+        cmd
+    };
+    let mut holder = Proc::spawn(&mut run(
+        "-- sh -c ': > held; while [ ! -e go ]; do sleep 0.05; done'",
+    ));
+    assert!(
+        wait_until(SOON, || top.path().join("held").exists()),
+        "{}",
+        holder.stderr_so_far()
+    );
+    let mut line: Vec<Proc> = (0..waiters)
+        .map(|_| Proc::spawn(&mut run("--wait 120s -- sh -c 'echo x >> ran'")))
+        .collect();
+    // Every waiter is in line before the holder lets go.
+    let status = || {
+        let out = output(&mut run_status(&url, uid));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap_or_default()
+    };
+    let queued = wait_until(Duration::from_secs(60), || {
+        status()["waiters"] == serde_json::json!(waiters)
+    });
+    let early: Vec<String> = line
+        .iter_mut()
+        .filter_map(|w| w.exited().then(|| text(&w.wait(SOON).stderr)))
+        .take(3)
+        .collect();
+    assert!(
+        queued && early.is_empty(),
+        "not all {waiters} waiters queued: {early:?}"
+    );
+    std::fs::write(top.path().join("go"), "").unwrap();
+    assert_eq!(code(&holder.wait(SOON)), 0);
+    for waiter in &mut line {
+        let out = waiter.wait(Duration::from_secs(120));
+        assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    }
+    let ran = std::fs::read_to_string(top.path().join("ran")).unwrap_or_default();
+    assert_eq!(ran.lines().count(), waiters);
+}
+
+/// `lockrun status many --json` as `uid`.
+fn run_status(url: &str, uid: u32) -> std::process::Command {
+    let mut cmd = tools::as_user(uid);
+    cmd.args([BIN, "--backend", url, "status", "many", "--json"]);
+    scrub(&mut cmd);
+    cmd
 }
