@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use redis::{FromRedisValue, Script, ScriptInvocation, ToRedisArgs};
 
-use super::connect::Link;
+use super::connect::{Link, Request};
 use crate::backend::BackendError;
 
 /// The waking helper that the scripts freeing a place share.
@@ -96,15 +96,16 @@ impl Call {
     where
         T: FromRedisValue + Send,
     {
-        link.script(limit, &self.invocation()).await
+        link.send(limit, Request::Script(&self.invocation())).await
     }
 
-    /// [`Call::run`] for a script that may run twice (see [`Link::script_repeatable`]).
+    /// [`Call::run`] for a script that may run twice (see [`Link::send_repeatable`]).
     pub async fn run_repeatable<T>(&self, link: &Link, limit: Duration) -> Result<T, BackendError>
     where
         T: FromRedisValue + Send,
     {
-        link.script_repeatable(limit, &self.invocation()).await
+        link.send_repeatable(limit, Request::Script(&self.invocation()))
+            .await
     }
 
     fn invocation(&self) -> ScriptInvocation<'static> {
