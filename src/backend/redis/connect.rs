@@ -22,7 +22,7 @@ use redis::{RedisError, RedisResult, ScriptInvocation};
 
 use super::settings::Settings;
 use crate::backend::BackendError;
-use crate::messages::{duration, fragment};
+use crate::messages::fragment;
 
 /// Longest wait for a connection when the backend is opened.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -134,10 +134,10 @@ impl Link {
                 endpoint: self.endpoint.clone(),
                 reason: self.reason(&e),
             }),
-            Err(_) => Err(BackendError::Unreachable {
-                endpoint: self.endpoint.clone(),
-                reason: format!("no connection within {}", duration(CONNECT_TIMEOUT)),
-            }),
+            Err(_) => Err(BackendError::no_connection_within(
+                &self.endpoint,
+                CONNECT_TIMEOUT,
+            )),
         }
     }
 
@@ -252,10 +252,7 @@ impl Link {
     }
 
     fn timed_out(&self, limit: Duration) -> BackendError {
-        BackendError::Failed {
-            endpoint: self.endpoint.clone(),
-            reason: format!("no answer within {}", duration(limit)),
-        }
+        BackendError::no_answer_within(&self.endpoint, limit)
     }
 
     fn reason(&self, e: &RedisError) -> String {
