@@ -28,10 +28,10 @@ use super::plan::{Next, Plan};
 use super::record::Record;
 use super::turn::{Turn, Turned};
 use super::waiting::Keeper;
-use crate::backend::waiting::own::OrdersWaiters;
+use crate::backend::waiting::networked::Waits;
 use crate::backend::waiting::policy::LEAVE_TIMEOUT;
 use crate::backend::{
-    AcquireRequest, Acquired, BackendError, Cancel, Grant, HolderInfo, RenewError,
+    AcquireRequest, Acquired, BackendError, Cancel, Grant, HolderInfo, Inspect, RenewError,
 };
 use crate::clock::BootInstant;
 
@@ -56,10 +56,11 @@ enum Outcome {
 }
 
 #[async_trait]
-impl OrdersWaiters for Link {
+impl Waits for Link {
     /// Becomes a holder of `request.name`, waiting until the request's deadline or `cancel`.
     async fn wait(
         link: &Arc<Self>,
+        _shown: &str,
         request: &AcquireRequest,
         mut cancel: Cancel<'_>,
     ) -> Result<Acquired, BackendError> {
@@ -117,6 +118,10 @@ impl OrdersWaiters for Link {
                 }
             }
         }
+    }
+
+    fn inspector(&self) -> &dyn Inspect {
+        self
     }
 }
 

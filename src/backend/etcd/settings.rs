@@ -10,7 +10,7 @@ use async_trait::async_trait;
 
 use super::link::Link;
 use crate::backend::url::{LoneUserinfo, Url, UrlForms};
-use crate::backend::waiting::own::OwnLine;
+use crate::backend::waiting::networked::Networked;
 use crate::backend::{Backend, BackendError};
 
 /// TLS files: the CA bundle, and a client certificate with its key.
@@ -98,7 +98,7 @@ impl crate::backend::Settings for Settings {
     /// Prepares the way to the cluster; nothing connects here: the first request does, so an
     /// unreachable cluster fails the acquisition (or `status`) before anything runs.
     async fn open(&self) -> Result<Box<dyn Backend>, BackendError> {
-        Ok(Box::new(OwnLine::new(Link::new(self)?, self.shown())))
+        Ok(Networked::boxed(Link::new(self)?, self.shown()))
     }
 }
 

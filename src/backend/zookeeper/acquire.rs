@@ -11,9 +11,9 @@ use async_trait::async_trait;
 
 use super::contender::{Contender, Outcome};
 use super::link::Link;
-use crate::backend::waiting::own::OrdersWaiters;
+use crate::backend::waiting::networked::Waits;
 use crate::backend::waiting::policy::{Outage, WAIT_OUTAGE, owner_id};
-use crate::backend::{AcquireRequest, Acquired, BackendError, Cancel};
+use crate::backend::{AcquireRequest, Acquired, BackendError, Cancel, Inspect};
 use crate::clock::BootInstant;
 
 /// How many times a waiter whose place was lost joins again before giving up.
@@ -22,10 +22,11 @@ const MAX_REJOINS: u32 = 3;
 const RECONNECT: std::time::Duration = std::time::Duration::from_millis(500);
 
 #[async_trait]
-impl OrdersWaiters for Link {
+impl Waits for Link {
     /// Becomes a holder of `request.name`, waiting until the request's deadline or `cancel`.
     async fn wait(
         link: &Arc<Self>,
+        _shown: &str,
         request: &AcquireRequest,
         mut cancel: Cancel<'_>,
     ) -> Result<Acquired, BackendError> {
@@ -78,6 +79,10 @@ impl OrdersWaiters for Link {
             rejoins += 1;
             crate::warn!("{lost}; joining the line of {} again", request.name);
         }
+    }
+
+    fn inspector(&self) -> &dyn Inspect {
+        self
     }
 }
 

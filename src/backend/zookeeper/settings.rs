@@ -10,7 +10,7 @@ use async_trait::async_trait;
 
 use super::link::Link;
 use crate::backend::url::{LoneUserinfo, Url, UrlForms};
-use crate::backend::waiting::own::OwnLine;
+use crate::backend::waiting::networked::Networked;
 use crate::backend::{Backend, BackendError};
 
 /// ZooKeeper's client port.
@@ -93,7 +93,7 @@ impl crate::backend::Settings for Settings {
     /// operation (with the TTL as its timeout, for an acquisition), so an unreachable ensemble
     /// fails it before anything runs.
     async fn open(&self) -> Result<Box<dyn Backend>, BackendError> {
-        Ok(Box::new(OwnLine::new(Link::new(self), self.shown())))
+        Ok(Networked::boxed(Link::new(self), self.shown()))
     }
 }
 
