@@ -79,7 +79,7 @@ impl Waits for Link {
                     return Ok(Acquired::Cancelled);
                 }
             };
-            match outcome {
+            let given_up = match outcome {
                 Ok(Outcome::Held {
                     token,
                     grant,
@@ -89,14 +89,6 @@ impl Waits for Link {
                     let held =
                         EtcdLease::new(Arc::clone(link), keys.holder(lease), lease, token, grant);
                     return Ok(Acquired::Held(Box::new(held.stamped_by(stamp))));
-                }
-                Ok(Outcome::Busy) => {
-                    cleanup.now().await;
-                    return Ok(Acquired::Busy);
-                }
-                Ok(Outcome::Superseded(newer)) => {
-                    cleanup.now().await;
-                    return Ok(Acquired::Superseded(newer));
                 }
                 Ok(Outcome::LeaseLost) => {
                     cleanup.lease = None;
@@ -111,12 +103,15 @@ impl Waits for Link {
                     }
                     rejoins += 1;
                     crate::warn!("the lease expired while waiting in line; joining the line again");
+                    continue;
                 }
-                Err(e) => {
-                    cleanup.now().await;
-                    return Err(e);
-                }
-            }
+                Ok(Outcome::Busy) => Ok(Acquired::Busy),
+                Ok(Outcome::Superseded(newer)) => Ok(Acquired::Superseded(newer)),
+                Err(e) => Err(e),
+            };
+            // Every way of giving up revokes the lease first.
+            cleanup.now().await;
+            return given_up;
         }
     }
 
