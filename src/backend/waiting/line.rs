@@ -142,7 +142,7 @@ impl Bell {
     }
 }
 
-/// Waits in `line` for a slot of `request.name`.
+/// Waits in `line` (named `shown` in messages) for a slot of `request.name`.
 pub async fn wait_in_line<L: Line + ?Sized>(
     line: &L,
     shown: &str,
