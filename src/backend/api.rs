@@ -221,6 +221,24 @@ pub enum BackendError {
     Unsupported(String),
 }
 
+impl BackendError {
+    /// `endpoint` did not accept a connection within `limit`.
+    pub fn no_connection_within(endpoint: &str, limit: Duration) -> Self {
+        BackendError::Unreachable {
+            endpoint: endpoint.to_owned(),
+            reason: format!("no connection within {}", crate::messages::duration(limit)),
+        }
+    }
+
+    /// `endpoint` did not answer a request within `limit`.
+    pub fn no_answer_within(endpoint: &str, limit: Duration) -> Self {
+        BackendError::Failed {
+            endpoint: endpoint.to_owned(),
+            reason: format!("no answer within {}", crate::messages::duration(limit)),
+        }
+    }
+}
+
 /// A held lease. Dropping it without `release` leaves the backend to expire it.
 #[async_trait]
 pub trait Lease: Send + Sync {

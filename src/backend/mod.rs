@@ -4,7 +4,8 @@
 //! which engine sits behind them is decided once, from the URL, by [`BackendSpec::parse`] and
 //! [`BackendSpec::open`].
 //! Backends with a server-side line of waiters implement [`waiting::line::Line`] and get the
-//! waiting itself from [`waiting::line::InLine`].
+//! waiting itself from [`waiting::line::wait_in_line`]; every networked backend is a
+//! [`waiting::networked::Networked`].
 
 mod api;
 #[cfg(feature = "dynamodb")]

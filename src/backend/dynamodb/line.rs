@@ -43,7 +43,6 @@ const WATCH_EVERY: Duration = Duration::from_millis(500);
 /// A DynamoDB table, as a line of waiters.
 pub struct Dynamo {
     link: Arc<Link>,
-    shown: String,
     /// Each acquisition's state between its tries, by owner id.
     waits: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Waiting>>>>,
 }
@@ -71,10 +70,9 @@ struct Waiting {
 }
 
 impl Dynamo {
-    pub fn new(link: Link, shown: &str) -> Self {
+    pub fn new(link: Link) -> Self {
         Dynamo {
             link: Arc::new(link),
-            shown: shown.to_owned(),
             waits: Mutex::new(HashMap::new()),
         }
     }
@@ -326,10 +324,6 @@ fn waiting(superseded_by: Option<HolderInfo>) -> Attempt {
 
 #[async_trait]
 impl Line for Dynamo {
-    fn describe(&self) -> String {
-        self.shown.clone()
-    }
-
     async fn attempt(&self, ticket: &Ticket<'_>) -> Result<Attempt, BackendError> {
         let state = self.state(&ticket.owner);
         let mut w = state.lock().await;

@@ -7,14 +7,12 @@
 //! points at a local or compatible server, and then the region defaults to `us-east-1` when the
 //! chain has none. `create=false` refuses to create a missing table (the default creates it).
 
-use std::sync::Arc;
-
 use async_trait::async_trait;
 
 use super::line::Dynamo;
 use super::link::Link;
 use crate::backend::url::{LoneUserinfo, Url, UrlForms};
-use crate::backend::waiting::line::InLine;
+use crate::backend::waiting::networked::Networked;
 use crate::backend::{Backend, BackendError};
 
 /// One table, and how to reach it.
@@ -123,7 +121,7 @@ impl crate::backend::Settings for Settings {
     /// sent yet: the first request tells whether the table answers.
     async fn open(&self) -> Result<Box<dyn Backend>, BackendError> {
         let link = Link::open(self).await?;
-        Ok(Box::new(InLine(Arc::new(Dynamo::new(link, self.shown())))))
+        Ok(Networked::boxed(Dynamo::new(link), self.shown()))
     }
 }
 

@@ -17,6 +17,7 @@
 
 use std::sync::Arc;
 
+use async_trait::async_trait;
 use tokio::task::JoinHandle;
 
 use super::keys::Keys;
@@ -27,9 +28,10 @@ use super::plan::{Next, Plan};
 use super::record::Record;
 use super::turn::{Turn, Turned};
 use super::waiting::Keeper;
+use crate::backend::waiting::networked::Waits;
 use crate::backend::waiting::policy::LEAVE_TIMEOUT;
 use crate::backend::{
-    AcquireRequest, Acquired, BackendError, Cancel, Grant, HolderInfo, RenewError,
+    AcquireRequest, Acquired, BackendError, Cancel, Grant, HolderInfo, Inspect, RenewError,
 };
 use crate::clock::BootInstant;
 
@@ -53,65 +55,68 @@ enum Outcome {
     Superseded(HolderInfo),
 }
 
-/// Becomes a holder of `request.name`, waiting until the request's deadline or `cancel`.
-pub async fn acquire(
-    link: &Arc<Link>,
-    request: &AcquireRequest,
-    mut cancel: Cancel<'_>,
-) -> Result<Acquired, BackendError> {
-    let keys = Keys::new(&request.name);
-    let mut rejoins = 0;
-    loop {
-        let lease = lease_id()?;
-        let mut cleanup = Revoke {
-            link: Arc::clone(link),
-            lease: Some(lease),
-        };
-        let outcome = tokio::select! {
-            outcome = queue(link, request, &keys, lease) => outcome,
-            () = cancel.as_mut() => {
-                cleanup.now().await;
-                return Ok(Acquired::Cancelled);
-            }
-        };
-        match outcome {
-            Ok(Outcome::Held {
-                token,
-                grant,
-                stamp,
-            }) => {
-                cleanup.lease = None;
-                let held =
-                    EtcdLease::new(Arc::clone(link), keys.holder(lease), lease, token, grant);
-                return Ok(Acquired::Held(Box::new(held.stamped_by(stamp))));
-            }
-            Ok(Outcome::Busy) => {
-                cleanup.now().await;
-                return Ok(Acquired::Busy);
-            }
-            Ok(Outcome::Superseded(newer)) => {
-                cleanup.now().await;
-                return Ok(Acquired::Superseded(newer));
-            }
-            Ok(Outcome::LeaseLost) => {
-                cleanup.lease = None;
-                if request.expired() {
-                    return Ok(Acquired::Busy);
+#[async_trait]
+impl Waits for Link {
+    /// Becomes a holder of `request.name`, waiting until the request's deadline or `cancel`.
+    async fn wait(
+        link: &Arc<Self>,
+        _shown: &str,
+        request: &AcquireRequest,
+        mut cancel: Cancel<'_>,
+    ) -> Result<Acquired, BackendError> {
+        let keys = Keys::new(&request.name);
+        let mut rejoins = 0;
+        loop {
+            let lease = lease_id()?;
+            let mut cleanup = Revoke {
+                link: Arc::clone(link),
+                lease: Some(lease),
+            };
+            let outcome = tokio::select! {
+                outcome = queue(link, request, &keys, lease) => outcome,
+                () = cancel.as_mut() => {
+                    cleanup.now().await;
+                    return Ok(Acquired::Cancelled);
                 }
-                if rejoins == MAX_REJOINS {
-                    return Err(BackendError::Failed {
-                        endpoint: link.endpoints(),
-                        reason: "the lease keeps expiring while waiting in line".into(),
-                    });
+            };
+            let given_up = match outcome {
+                Ok(Outcome::Held {
+                    token,
+                    grant,
+                    stamp,
+                }) => {
+                    cleanup.lease = None;
+                    let held =
+                        EtcdLease::new(Arc::clone(link), keys.holder(lease), lease, token, grant);
+                    return Ok(Acquired::Held(Box::new(held.stamped_by(stamp))));
                 }
-                rejoins += 1;
-                crate::warn!("the lease expired while waiting in line; joining the line again");
-            }
-            Err(e) => {
-                cleanup.now().await;
-                return Err(e);
-            }
+                Ok(Outcome::LeaseLost) => {
+                    cleanup.lease = None;
+                    if request.expired() {
+                        return Ok(Acquired::Busy);
+                    }
+                    if rejoins == MAX_REJOINS {
+                        return Err(BackendError::Failed {
+                            endpoint: link.endpoints(),
+                            reason: "the lease keeps expiring while waiting in line".into(),
+                        });
+                    }
+                    rejoins += 1;
+                    crate::warn!("the lease expired while waiting in line; joining the line again");
+                    continue;
+                }
+                Ok(Outcome::Busy) => Ok(Acquired::Busy),
+                Ok(Outcome::Superseded(newer)) => Ok(Acquired::Superseded(newer)),
+                Err(e) => Err(e),
+            };
+            // Every way of giving up revokes the lease first.
+            cleanup.now().await;
+            return given_up;
         }
+    }
+
+    fn inspector(&self) -> &dyn Inspect {
+        self
     }
 }
 

@@ -6,7 +6,6 @@
 //! [`keys`]; what a key stores: [`record`]; failover between members: [`link`].
 
 mod acquire;
-mod backend;
 mod inspect;
 mod interval;
 mod keys;

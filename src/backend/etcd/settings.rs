@@ -8,8 +8,9 @@ use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
 
-use super::backend::Etcd;
+use super::link::Link;
 use crate::backend::url::{LoneUserinfo, Url, UrlForms};
+use crate::backend::waiting::networked::Networked;
 use crate::backend::{Backend, BackendError};
 
 /// TLS files: the CA bundle, and a client certificate with its key.
@@ -94,8 +95,10 @@ impl crate::backend::Settings for Settings {
         files
     }
 
+    /// Prepares the way to the cluster; nothing connects here: the first request does, so an
+    /// unreachable cluster fails the acquisition (or `status`) before anything runs.
     async fn open(&self) -> Result<Box<dyn Backend>, BackendError> {
-        Ok(Box::new(Etcd::open(self)?))
+        Ok(Networked::boxed(Link::new(self)?, self.shown()))
     }
 }
 

@@ -27,7 +27,7 @@ use super::{schema, tls};
 use crate::backend::BackendError;
 use crate::backend::sql_names::fnv1a;
 use crate::backend::waiting::policy::owner_id;
-use crate::messages::{duration, fragment};
+use crate::messages::fragment;
 
 /// Longest wait for a connection when the backend is opened.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -150,10 +150,10 @@ impl Link {
                 endpoint: link.endpoint.clone(),
                 reason: link.reason(&e),
             }),
-            Err(_) => Err(BackendError::Unreachable {
-                endpoint: link.endpoint.clone(),
-                reason: format!("no connection within {}", duration(CONNECT_TIMEOUT)),
-            }),
+            Err(_) => Err(BackendError::no_connection_within(
+                &link.endpoint,
+                CONNECT_TIMEOUT,
+            )),
         }
     }
 
@@ -374,10 +374,7 @@ impl Link {
     }
 
     fn timed_out(&self, limit: Duration) -> BackendError {
-        BackendError::Failed {
-            endpoint: self.endpoint.clone(),
-            reason: format!("no answer within {}", duration(limit)),
-        }
+        BackendError::no_answer_within(&self.endpoint, limit)
     }
 
     /// A client-side failure as a fragment, without the password.

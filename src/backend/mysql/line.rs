@@ -22,7 +22,8 @@ use super::doorbell::{Sleep, Turns};
 use super::lease::MySqlLease;
 use super::settings::Settings;
 use super::sql::{Try, millis};
-use crate::backend::waiting::line::{Attempt, Doorbell, InLine, Line, Taken, Ticket};
+use crate::backend::waiting::line::{Attempt, Doorbell, Line, Taken, Ticket};
+use crate::backend::waiting::networked::Networked;
 use crate::backend::waiting::policy::recheck_at;
 use crate::backend::{Backend, BackendError, HolderInfo, Inspect, Lease, Mode, Settings as _};
 use crate::clock::BootInstant;
@@ -30,18 +31,17 @@ use crate::clock::BootInstant;
 /// Connects to the server `settings` names.
 pub async fn open(settings: &Settings) -> Result<Box<dyn Backend>, BackendError> {
     let link = Link::open(settings).await?;
-    Ok(Box::new(InLine(Arc::new(MySql {
+    let mysql = MySql {
         link: Arc::new(link),
-        shown: settings.shown().to_owned(),
         turns: Arc::new(Mutex::new(HashMap::new())),
         tried: AtomicBool::new(false),
-    }))))
+    };
+    Ok(Networked::boxed(mysql, settings.shown()))
 }
 
 /// A MySQL or MariaDB server, as a line of waiters.
 pub struct MySql {
     link: Arc<Link>,
-    shown: String,
     /// What each waiter's last try saw, for its doorbell.
     turns: Turns,
     /// Whether a try was made already: only the first may take the fast path.
@@ -70,10 +70,6 @@ pub fn single(link: &Link, reply: &super::connect::Reply) -> Result<Row, Backend
 
 #[async_trait]
 impl Line for MySql {
-    fn describe(&self) -> String {
-        self.shown.clone()
-    }
-
     async fn attempt(&self, ticket: &Ticket<'_>) -> Result<Attempt, BackendError> {
         let request = ticket.request;
         let holder = ticket.holder_json();

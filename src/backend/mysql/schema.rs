@@ -40,9 +40,12 @@ const VERSION: &str = "v1";
 pub fn ddl(prefix: &str) -> Vec<(String, String)> {
     let t = Tables::new(prefix);
     let mut out = vec![
-        (format!("{prefix}names"), names_table(&t)),
-        (format!("{prefix}leases"), leases_table(&t)),
-        (format!("{prefix}waiters"), waiters_table(&t)),
+        (format!("{prefix}names"), table(&t.names, NAMES_COLUMNS)),
+        (format!("{prefix}leases"), table(&t.leases, LEASES_COLUMNS)),
+        (
+            format!("{prefix}waiters"),
+            table(&t.waiters, WAITERS_COLUMNS),
+        ),
     ];
     for (name, body) in [
         ("ring", ring_body(&t)),
@@ -101,24 +104,21 @@ impl Tables {
     }
 }
 
-fn names_table(t: &Tables) -> String {
-    format!(
-        "CREATE TABLE IF NOT EXISTS {names} (
-  name VARBINARY(200) NOT NULL PRIMARY KEY,
+/// `CREATE TABLE` for `table` (quoted) with `columns`, one a line.
+fn table(table: &str, columns: &str) -> String {
+    format!("CREATE TABLE IF NOT EXISTS {table} (\n{columns}\n) ENGINE=InnoDB")
+}
+
+/// The columns of `Pnames`: one row per lock name.
+const NAMES_COLUMNS: &str = "  name VARBINARY(200) NOT NULL PRIMARY KEY,
   token BIGINT UNSIGNED NOT NULL DEFAULT 0,
   max_limit INT NOT NULL DEFAULT 1,
   arrivals BIGINT UNSIGNED NOT NULL DEFAULT 0,
   sup_ticket BIGINT UNSIGNED NOT NULL DEFAULT 0,
-  last_run_us BIGINT NULL
-) ENGINE=InnoDB",
-        names = t.names
-    )
-}
+  last_run_us BIGINT NULL";
 
-fn leases_table(t: &Tables) -> String {
-    format!(
-        "CREATE TABLE IF NOT EXISTS {leases} (
-  name VARBINARY(200) NOT NULL,
+/// The columns of `Pleases`: one row per holder.
+const LEASES_COLUMNS: &str = "  name VARBINARY(200) NOT NULL,
   owner VARBINARY(32) NOT NULL,
   slot INT NULL,
   token BIGINT UNSIGNED NOT NULL,
@@ -126,16 +126,10 @@ fn leases_table(t: &Tables) -> String {
   bell VARBINARY(32) NOT NULL,
   expires_at DATETIME(6) NOT NULL,
   PRIMARY KEY (name, owner),
-  UNIQUE KEY by_slot (name, slot)
-) ENGINE=InnoDB",
-        leases = t.leases
-    )
-}
+  UNIQUE KEY by_slot (name, slot)";
 
-fn waiters_table(t: &Tables) -> String {
-    format!(
-        "CREATE TABLE IF NOT EXISTS {waiters} (
-  name VARBINARY(200) NOT NULL,
+/// The columns of `Pwaiters`: the line.
+const WAITERS_COLUMNS: &str = "  name VARBINARY(200) NOT NULL,
   owner VARBINARY(32) NOT NULL,
   ticket BIGINT UNSIGNED NOT NULL,
   shared TINYINT NOT NULL,
@@ -148,11 +142,7 @@ fn waiters_table(t: &Tables) -> String {
   KEY by_ticket (name, ticket),
   KEY by_mode (name, shared, ticket),
   KEY by_supersede (name, supersede, ticket),
-  KEY by_beat (name, beat_until)
-) ENGINE=InnoDB",
-        waiters = t.waiters
-    )
-}
+  KEY by_beat (name, beat_until)";
 
 /// `ring(bells, suffix)`: interrupts the statement of each session holding `lockrun:BELL` +
 /// suffix, for a comma-terminated list of bells. Called after the commit that woke them; a

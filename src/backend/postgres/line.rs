@@ -22,7 +22,8 @@ use super::looker::Looker;
 use super::pace::{Pace, Standing, View, Waiter};
 use super::settings::Settings;
 use super::{pgpass, schema};
-use crate::backend::waiting::line::{Attempt, Doorbell, InLine, Line, Taken, Ticket};
+use crate::backend::waiting::line::{Attempt, Doorbell, Line, Taken, Ticket};
+use crate::backend::waiting::networked::Networked;
 use crate::backend::{Backend, BackendError, HolderInfo, Inspect, Lease, Mode, Settings as _};
 use crate::clock::BootInstant;
 
@@ -38,17 +39,16 @@ pub async fn open(settings: &Settings) -> Result<Box<dyn Backend>, BackendError>
         },
     };
     let link = Link::open(settings).await?;
-    Ok(Box::new(InLine(Arc::new(Postgres {
+    let postgres = Postgres {
         link: Arc::new(link),
-        shown,
         contenders: Mutex::new(HashMap::new()),
-    }))))
+    };
+    Ok(Networked::boxed(postgres, &shown))
 }
 
 /// A PostgreSQL server, as a line of waiters.
 pub struct Postgres {
     link: Arc<Link>,
-    shown: String,
     /// What the tries of each contender (by owner) found, for its lease and its doorbell.
     contenders: Mutex<HashMap<String, Contender>>,
 }
@@ -191,10 +191,6 @@ impl Postgres {
 
 #[async_trait]
 impl Line for Postgres {
-    fn describe(&self) -> String {
-        self.shown.clone()
-    }
-
     async fn attempt(&self, ticket: &Ticket<'_>) -> Result<Attempt, BackendError> {
         let mut crowd = Crowd::default();
         loop {

@@ -36,7 +36,6 @@ use super::settings::{Settings, Tls};
 use super::tls;
 use crate::backend::BackendError;
 use crate::backend::waiting::policy::owner_id;
-use crate::messages::duration;
 
 /// Longest wait for a connection when the backend is opened.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -112,10 +111,10 @@ impl Link {
                 endpoint: link.endpoint().to_owned(),
                 reason: link.reason(&e),
             }),
-            Err(_) => Err(BackendError::Unreachable {
-                endpoint: link.endpoint().to_owned(),
-                reason: format!("no connection within {}", duration(CONNECT_TIMEOUT)),
-            }),
+            Err(_) => Err(BackendError::no_connection_within(
+                link.endpoint(),
+                CONNECT_TIMEOUT,
+            )),
         }
     }
 
@@ -384,10 +383,7 @@ impl Link {
     }
 
     fn timed_out(&self, limit: Duration) -> BackendError {
-        BackendError::Failed {
-            endpoint: self.endpoint().to_owned(),
-            reason: format!("no answer within {}", duration(limit)),
-        }
+        BackendError::no_answer_within(self.endpoint(), limit)
     }
 
     fn reason(&self, e: &tokio_postgres::Error) -> String {

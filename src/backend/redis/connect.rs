@@ -22,12 +22,34 @@ use redis::{RedisError, RedisResult, ScriptInvocation};
 
 use super::settings::Settings;
 use crate::backend::BackendError;
-use crate::messages::{duration, fragment};
+use crate::messages::fragment;
 
 /// Longest wait for a connection when the backend is opened.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// Longest wait for an answer to a request that is not a renewal.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// What [`Link::send`] sends over the shared connection.
+#[derive(Clone, Copy)]
+pub enum Request<'a> {
+    /// A script, loaded first when the server does not have it yet.
+    Script(&'a ScriptInvocation<'a>),
+    /// A command.
+    Command(&'a Cmd),
+}
+
+impl Request<'_> {
+    /// Sends it over `connection` and reads the reply.
+    async fn send<T: FromRedisValue>(
+        self,
+        connection: &mut MultiplexedConnection,
+    ) -> RedisResult<T> {
+        match self {
+            Request::Script(invocation) => invocation.invoke_async(connection).await,
+            Request::Command(command) => command.query_async(connection).await,
+        }
+    }
+}
 
 /// A Redis server, reached on demand.
 pub struct Link {
@@ -112,10 +134,10 @@ impl Link {
                 endpoint: self.endpoint.clone(),
                 reason: self.reason(&e),
             }),
-            Err(_) => Err(BackendError::Unreachable {
-                endpoint: self.endpoint.clone(),
-                reason: format!("no connection within {}", duration(CONNECT_TIMEOUT)),
-            }),
+            Err(_) => Err(BackendError::no_connection_within(
+                &self.endpoint,
+                CONNECT_TIMEOUT,
+            )),
         }
     }
 
@@ -124,36 +146,30 @@ impl Link {
         &self.endpoint
     }
 
-    /// Runs a script, giving up after `limit`.
-    pub async fn script<T>(
+    /// Sends a request (a script or a command), giving up after `limit`.
+    pub async fn send<T: FromRedisValue + Send>(
         &self,
         limit: Duration,
-        invocation: &ScriptInvocation<'_>,
-    ) -> Result<T, BackendError>
-    where
-        T: FromRedisValue + Send,
-    {
+        request: Request<'_>,
+    ) -> Result<T, BackendError> {
         self.guarded(limit, async {
             let mut connection = self.connection().await?;
-            invocation.invoke_async(&mut connection).await
+            request.send(&mut connection).await
         })
         .await
     }
 
-    /// [`Link::script`] for a script that may run twice (owner-checked renewals and releases):
-    /// when the kept connection turns out to be broken (a restarted server), the script goes once
+    /// [`Link::send`] for a request that may run twice (owner-checked renewals and releases):
+    /// when the kept connection turns out to be broken (a restarted server), the request goes once
     /// more over a new one, within the same `limit`.
-    pub async fn script_repeatable<T>(
+    pub async fn send_repeatable<T: FromRedisValue + Send>(
         &self,
         limit: Duration,
-        invocation: &ScriptInvocation<'_>,
-    ) -> Result<T, BackendError>
-    where
-        T: FromRedisValue + Send,
-    {
+        request: Request<'_>,
+    ) -> Result<T, BackendError> {
         let started = std::time::Instant::now();
         let kept = self.slot().is_some();
-        let result = self.script(limit, invocation).await;
+        let result = self.send(limit, request).await;
         let dropped = kept && self.slot().is_none();
         match (result, limit.checked_sub(started.elapsed())) {
             (Err(_), Some(left)) if dropped && !left.is_zero() => {
@@ -161,22 +177,10 @@ impl Link {
                     "the connection to {} was lost; trying a new one",
                     self.endpoint
                 );
-                self.script(left, invocation).await
+                self.send(left, request).await
             }
             (result, _) => result,
         }
-    }
-
-    /// Runs a command, giving up after `limit`.
-    pub async fn command<T>(&self, limit: Duration, command: &Cmd) -> Result<T, BackendError>
-    where
-        T: FromRedisValue + Send,
-    {
-        self.guarded(limit, async {
-            let mut connection = self.connection().await?;
-            command.query_async(&mut connection).await
-        })
-        .await
     }
 
     /// A dedicated connection subscribed to `channel`, for waiters.
@@ -248,10 +252,7 @@ impl Link {
     }
 
     fn timed_out(&self, limit: Duration) -> BackendError {
-        BackendError::Failed {
-            endpoint: self.endpoint.clone(),
-            reason: format!("no answer within {}", duration(limit)),
-        }
+        BackendError::no_answer_within(&self.endpoint, limit)
     }
 
     fn reason(&self, e: &RedisError) -> String {

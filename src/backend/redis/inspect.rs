@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::connect::{Link, REQUEST_TIMEOUT};
+use super::connect::{Link, REQUEST_TIMEOUT, Request};
 use super::keys::{self, Keys};
 use super::scripts::{self, Call};
 use crate::backend::inspect::held;
@@ -135,7 +135,8 @@ pub async fn scan_names(link: &Link, prefix: &str) -> Result<BTreeSet<LockName>,
             .arg(&pattern)
             .arg("COUNT")
             .arg(SCAN_COUNT);
-        let (next, found): (u64, Vec<String>) = link.command(REQUEST_TIMEOUT, &scan).await?;
+        let (next, found): (u64, Vec<String>) =
+            link.send(REQUEST_TIMEOUT, Request::Command(&scan)).await?;
         names.extend(
             found
                 .iter()
@@ -161,11 +162,13 @@ async fn known_limit(link: &Link, keys: &Keys) -> Result<u32, BackendError> {
 pub async fn declared_limit(link: &Link, keys: &Keys) -> Result<Option<u32>, BackendError> {
     let mut get = redis::cmd("HGET");
     get.arg(keys.meta()).arg("limit");
-    link.command(REQUEST_TIMEOUT, &get).await
+    link.send(REQUEST_TIMEOUT, Request::Command(&get)).await
 }
 
 /// The server's wall clock (`TIME`), as time since the Unix epoch.
 pub async fn clock(link: &Link) -> Result<Duration, BackendError> {
-    let (secs, micros): (u64, u64) = link.command(REQUEST_TIMEOUT, &redis::cmd("TIME")).await?;
+    let (secs, micros): (u64, u64) = link
+        .send(REQUEST_TIMEOUT, Request::Command(&redis::cmd("TIME")))
+        .await?;
     Ok(Duration::from_secs(secs) + Duration::from_micros(micros))
 }

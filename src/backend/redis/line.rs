@@ -22,14 +22,12 @@ use crate::clock::BootInstant;
 /// A Redis server, as a line of waiters.
 pub struct Redis {
     link: Arc<Link>,
-    shown: String,
 }
 
 impl Redis {
-    pub fn new(link: Link, shown: &str) -> Self {
+    pub fn new(link: Link) -> Self {
         Redis {
             link: Arc::new(link),
-            shown: shown.to_owned(),
         }
     }
 
@@ -80,10 +78,6 @@ pub fn leave_call(ticket: &Ticket<'_>) -> Call {
 
 #[async_trait]
 impl Line for Redis {
-    fn describe(&self) -> String {
-        self.shown.clone()
-    }
-
     async fn attempt(&self, ticket: &Ticket<'_>) -> Result<Attempt, BackendError> {
         let request = ticket.request;
         let (taken, token, slot, superseded, by): (i64, i64, i64, i64, String) =

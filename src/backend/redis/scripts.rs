@@ -1,16 +1,16 @@
 //! The server-side scripts, one per operation that must be atomic. Each is a `.lua` file beside
 //! this module (under `lua/`), documented there; the scripts that free a place are prefixed with
-//! `wake.lua`, the one way of waking the next waiters (leave with `drop_holds.lua` too), and the
-//! acquire script with `acquire_opening.lua`; redlock's scripts share both. They are sent by hash
-//! and loaded on first use, including after a server restart. [`Call`] is one invocation of a
-//! script.
+//! `wake.lua`, the one way of waking the next waiters (leave with `drop_holds.lua` too), the
+//! acquire script with `acquire_opening.lua` and the status read with `status_opening.lua`;
+//! redlock's scripts share all three. They are sent by hash and loaded on first use, including
+//! after a server restart. [`Call`] is one invocation of a script.
 
 use std::sync::LazyLock;
 use std::time::Duration;
 
 use redis::{FromRedisValue, Script, ScriptInvocation, ToRedisArgs};
 
-use super::connect::Link;
+use super::connect::{Link, Request};
 use crate::backend::BackendError;
 
 /// The waking helper that the scripts freeing a place share.
@@ -34,6 +34,15 @@ pub fn with_acquire_opening(body: &str) -> Script {
     Script::new(&format!("{ACQUIRE_OPENING}{body}"))
 }
 
+/// The opening both status reads share (here and on a redlock master).
+const STATUS_OPENING: &str = include_str!("lua/status_opening.lua");
+
+/// A script that reads a name's holders and line, after the opening that reads the clock and
+/// walks the holders (see `lua/status_opening.lua`).
+pub fn with_status_opening(body: &str) -> Script {
+    Script::new(&format!("{STATUS_OPENING}{body}"))
+}
+
 /// Take a free slot (or a shared hold) in turn, or keep the caller in line.
 pub static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| with_acquire_opening(include_str!("lua/acquire.lua")));
@@ -54,7 +63,8 @@ pub static LEAVE: LazyLock<Script> =
 pub static FORCE_RELEASE: LazyLock<Script> =
     LazyLock::new(|| with_wake(include_str!("lua/force_release.lua")));
 /// Holders and waiters, read together.
-pub static STATUS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/status.lua")));
+pub static STATUS: LazyLock<Script> =
+    LazyLock::new(|| with_status_opening(include_str!("lua/status.lua")));
 /// `--min-interval`: record a run unless the last was too recent.
 pub static CLAIM_INTERVAL: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/claim_interval.lua")));
@@ -96,15 +106,16 @@ impl Call {
     where
         T: FromRedisValue + Send,
     {
-        link.script(limit, &self.invocation()).await
+        link.send(limit, Request::Script(&self.invocation())).await
     }
 
-    /// [`Call::run`] for a script that may run twice (see [`Link::script_repeatable`]).
+    /// [`Call::run`] for a script that may run twice (see [`Link::send_repeatable`]).
     pub async fn run_repeatable<T>(&self, link: &Link, limit: Duration) -> Result<T, BackendError>
     where
         T: FromRedisValue + Send,
     {
-        link.script_repeatable(limit, &self.invocation()).await
+        link.send_repeatable(limit, Request::Script(&self.invocation()))
+            .await
     }
 
     fn invocation(&self) -> ScriptInvocation<'static> {

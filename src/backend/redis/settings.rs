@@ -3,14 +3,12 @@
 //! `redis-cli` reads it. `rediss://` uses TLS (rustls, verifying the server against the system's
 //! roots or the bundle named by `SSL_CERT_FILE`). No query options.
 
-use std::sync::Arc;
-
 use async_trait::async_trait;
 
 use super::connect::Link;
 use super::line::Redis;
 use crate::backend::url::{HostPort, LoneUserinfo, Url, UrlForms};
-use crate::backend::waiting::line::InLine;
+use crate::backend::waiting::networked::Networked;
 use crate::backend::{Backend, BackendError};
 
 const DEFAULT_PORT: u16 = 6379;
@@ -83,7 +81,7 @@ impl crate::backend::Settings for Settings {
 
     async fn open(&self) -> Result<Box<dyn Backend>, BackendError> {
         let link = Link::open(self).await?;
-        Ok(Box::new(InLine(Arc::new(Redis::new(link, self.shown())))))
+        Ok(Networked::boxed(Redis::new(link), self.shown()))
     }
 }
 

@@ -31,16 +31,14 @@ const SPLIT_RETRIES: usize = 2;
 /// N independent Redis masters, as a line of waiters.
 pub struct Redlock {
     masters: Arc<Masters>,
-    shown: String,
     /// Each contender's place in line, by owner id.
     places: Mutex<HashMap<String, Place>>,
 }
 
 impl Redlock {
-    pub fn new(masters: Masters, shown: &str) -> Self {
+    pub fn new(masters: Masters) -> Self {
         Redlock {
             masters: Arc::new(masters),
-            shown: shown.to_owned(),
             places: Mutex::new(HashMap::new()),
         }
     }
@@ -58,10 +56,6 @@ async fn jitter() {
 
 #[async_trait]
 impl Line for Redlock {
-    fn describe(&self) -> String {
-        self.shown.clone()
-    }
-
     async fn attempt(&self, ticket: &Ticket<'_>) -> Result<Attempt, BackendError> {
         let mut place = self
             .places()

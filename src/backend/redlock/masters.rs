@@ -99,11 +99,7 @@ impl Masters {
     where
         T: FromRedisValue + Send + 'static,
     {
-        let call = Arc::new(call.clone());
-        self.send(move |link| {
-            let call = Arc::clone(&call);
-            async move { call.run(&link, limit).await }
-        })
+        self.call_on_each(call, limit, false)
     }
 
     /// [`Masters::call`] for a script that may run twice on a master (owner-checked renewals and
@@ -112,10 +108,23 @@ impl Masters {
     where
         T: FromRedisValue + Send + 'static,
     {
+        self.call_on_each(call, limit, true)
+    }
+
+    /// [`Masters::call`], or [`Masters::call_repeatable`] when `repeatable`.
+    fn call_on_each<T>(&self, call: &Call, limit: Duration, repeatable: bool) -> Round<T>
+    where
+        T: FromRedisValue + Send + 'static,
+    {
         let call = Arc::new(call.clone());
         self.send(move |link| {
             let call = Arc::clone(&call);
-            async move { call.run_repeatable(&link, limit).await }
+            async move {
+                match repeatable {
+                    true => call.run_repeatable(&link, limit).await,
+                    false => call.run(&link, limit).await,
+                }
+            }
         })
     }
 

@@ -9,7 +9,9 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-use crate::backend::redis::scripts::{DROP_HOLDS, with_acquire_opening, with_wake};
+use crate::backend::redis::scripts::{
+    DROP_HOLDS, with_acquire_opening, with_status_opening, with_wake,
+};
 
 pub use crate::backend::redis::keys::line_keys;
 pub use crate::backend::redis::scripts::Call;
@@ -23,4 +25,5 @@ pub static RETREAT: LazyLock<Script> =
 /// Write the chosen fencing token back.
 pub static FENCE: LazyLock<Script> = LazyLock::new(|| with_wake(include_str!("lua/fence.lua")));
 /// Holders and waiters on one master, with their ids.
-pub static STATUS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/status.lua")));
+pub static STATUS: LazyLock<Script> =
+    LazyLock::new(|| with_status_opening(include_str!("lua/status.lua")));

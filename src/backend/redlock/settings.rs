@@ -11,7 +11,7 @@ use super::line::Redlock;
 use super::masters::Masters;
 use crate::backend::redis;
 use crate::backend::url::{HostPort, LoneUserinfo, Url, UrlForms};
-use crate::backend::waiting::line::InLine;
+use crate::backend::waiting::networked::Networked;
 use crate::backend::{Backend, BackendError};
 
 const DEFAULT_PORT: u16 = 6379;
@@ -77,10 +77,7 @@ impl crate::backend::Settings for Settings {
             .map(|endpoint| redis::Settings::master(&self.url, endpoint.clone()))
             .collect::<Vec<_>>();
         let masters = Masters::new(&masters)?;
-        Ok(Box::new(InLine(std::sync::Arc::new(Redlock::new(
-            masters,
-            self.shown(),
-        )))))
+        Ok(Networked::boxed(Redlock::new(masters), self.shown()))
     }
 }
 

@@ -1,6 +1,7 @@
 //! The waiting engine of the backends that keep an explicit line of waiters on the server (Redis,
 //! PostgreSQL, …): a backend implements [`Line`] — one atomic try, leaving the line, a doorbell
-//! that rings when it may be its turn — and [`InLine`] makes a [`Backend`] of it, with everything
+//! that rings when it may be its turn — and [`wait_in_line`] waits for it (as the
+//! [`crate::backend::Backend`] that [`super::networked::Networked`] makes of it), with everything
 //! that is the same everywhere written once here:
 //!
 //! - the first try goes out before anything else (an uncontended lock costs one round trip);
@@ -15,14 +16,13 @@
 //!   next waiter is not held up by a ghost. Leaving also drops a slot the last try may have taken
 //!   if its answer never arrived.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 
 use super::policy::{HEARTBEAT, LEAVE_TIMEOUT, Nap, Outage, SAFETY_RECHECK, owner_id, recheck_at};
 use crate::backend::{
-    AcquireRequest, Acquired, Backend, BackendError, Cancel, Grant, HolderInfo, Inspect, Lease,
+    AcquireRequest, Acquired, BackendError, Cancel, Grant, HolderInfo, Inspect, Lease,
 };
 use crate::clock::BootInstant;
 
@@ -93,12 +93,9 @@ pub trait Doorbell: Send {
     async fn rung(&mut self) -> bool;
 }
 
-/// What a backend with a server-side line does; [`InLine`] does the waiting.
+/// What a backend with a server-side line does; [`wait_in_line`] does the waiting.
 #[async_trait]
 pub trait Line: Send + Sync + 'static {
-    /// Where the backend lives, for messages (no password).
-    fn describe(&self) -> String;
-
     /// One atomic try: take a free slot when it is this contender's turn, otherwise (when it
     /// queues) join the line or renew its heartbeat there.
     async fn attempt(&self, ticket: &Ticket<'_>) -> Result<Attempt, BackendError>;
@@ -115,28 +112,6 @@ pub trait Line: Send + Sync + 'static {
 
     /// What the backend answers about names without holding them.
     fn inspect(&self) -> &dyn Inspect;
-}
-
-/// A [`Line`] as a [`Backend`].
-pub struct InLine<L>(pub Arc<L>);
-
-#[async_trait]
-impl<L: Line> Backend for InLine<L> {
-    fn describe(&self) -> String {
-        self.0.describe()
-    }
-
-    async fn acquire(
-        &self,
-        request: &AcquireRequest,
-        cancel: Cancel<'_>,
-    ) -> Result<Acquired, BackendError> {
-        wait_in_line(&*self.0, request, cancel).await
-    }
-
-    fn inspect(&self) -> &dyn Inspect {
-        self.0.inspect()
-    }
 }
 
 /// The doorbell, and when it was last set up.
@@ -167,9 +142,10 @@ impl Bell {
     }
 }
 
-/// Waits in `line` for a slot of `request.name`.
+/// Waits in `line` (named `shown` in messages) for a slot of `request.name`.
 pub async fn wait_in_line<L: Line + ?Sized>(
     line: &L,
+    shown: &str,
     request: &AcquireRequest,
     mut cancel: Cancel<'_>,
 ) -> Result<Acquired, BackendError> {
@@ -239,9 +215,8 @@ pub async fn wait_in_line<L: Line + ?Sized>(
             }
         }
         let wake_at = recheck_at(soonest_expiry, request.deadline);
-        let endpoint = line.describe();
         tokio::select! {
-            napped = nap.until(bell.rung(), wake_at, &endpoint) => napped?,
+            napped = nap.until(bell.rung(), wake_at, shown) => napped?,
             () = cancel.as_mut() => return give_up(line, &ticket, Acquired::Cancelled).await,
         }
     }

@@ -7,10 +7,13 @@
 
 use std::sync::Arc;
 
+use async_trait::async_trait;
+
 use super::contender::{Contender, Outcome};
 use super::link::Link;
+use crate::backend::waiting::networked::Waits;
 use crate::backend::waiting::policy::{Outage, WAIT_OUTAGE, owner_id};
-use crate::backend::{AcquireRequest, Acquired, BackendError, Cancel};
+use crate::backend::{AcquireRequest, Acquired, BackendError, Cancel, Inspect};
 use crate::clock::BootInstant;
 
 /// How many times a waiter whose place was lost joins again before giving up.
@@ -18,60 +21,68 @@ const MAX_REJOINS: u32 = 3;
 /// Pause between two tries to open a session during an outage.
 const RECONNECT: std::time::Duration = std::time::Duration::from_millis(500);
 
-/// Becomes a holder of `request.name`, waiting until the request's deadline or `cancel`.
-pub async fn acquire(
-    link: &Arc<Link>,
-    request: &AcquireRequest,
-    mut cancel: Cancel<'_>,
-) -> Result<Acquired, BackendError> {
-    let mut outage = Outage::default();
-    let mut rejoins = 0;
-    loop {
-        let session = tokio::select! {
-            session = open(link, request, &mut outage) => session?,
-            () = cancel.as_mut() => return Ok(Acquired::Cancelled),
-        };
-        outage.ok();
-        let mut contender = Contender::new(link, session, request, owner_id()?);
-        let outcome = tokio::select! {
-            outcome = contender.queue(&mut outage) => outcome,
-            () = cancel.as_mut() => {
-                contender.leave().await;
-                return Ok(Acquired::Cancelled);
-            }
-        };
-        let lost = match outcome {
-            Ok(Outcome::Held(grant)) => {
-                return Ok(Acquired::Held(Box::new(contender.into_lease(grant))));
-            }
-            Ok(Outcome::Busy) => {
-                contender.leave().await;
+#[async_trait]
+impl Waits for Link {
+    /// Becomes a holder of `request.name`, waiting until the request's deadline or `cancel`.
+    async fn wait(
+        link: &Arc<Self>,
+        _shown: &str,
+        request: &AcquireRequest,
+        mut cancel: Cancel<'_>,
+    ) -> Result<Acquired, BackendError> {
+        let mut outage = Outage::default();
+        let mut rejoins = 0;
+        loop {
+            let session = tokio::select! {
+                session = open(link, request, &mut outage) => session?,
+                () = cancel.as_mut() => return Ok(Acquired::Cancelled),
+            };
+            outage.ok();
+            let mut contender = Contender::new(link, session, request, owner_id()?);
+            let outcome = tokio::select! {
+                outcome = contender.queue(&mut outage) => outcome,
+                () = cancel.as_mut() => {
+                    contender.leave().await;
+                    return Ok(Acquired::Cancelled);
+                }
+            };
+            let lost = match outcome {
+                Ok(Outcome::Held(grant)) => {
+                    return Ok(Acquired::Held(Box::new(contender.into_lease(grant))));
+                }
+                Ok(Outcome::Busy) => {
+                    contender.leave().await;
+                    return Ok(Acquired::Busy);
+                }
+                Ok(Outcome::Superseded(newer)) => {
+                    contender.leave().await;
+                    return Ok(Acquired::Superseded(newer));
+                }
+                Ok(Outcome::PlaceLost(why)) => {
+                    contender.leave().await;
+                    why
+                }
+                Err(e) => {
+                    contender.leave().await;
+                    return Err(e);
+                }
+            };
+            if request.expired() {
                 return Ok(Acquired::Busy);
             }
-            Ok(Outcome::Superseded(newer)) => {
-                contender.leave().await;
-                return Ok(Acquired::Superseded(newer));
+            if rejoins == MAX_REJOINS {
+                return Err(BackendError::Failed {
+                    endpoint: link.endpoints().to_owned(),
+                    reason: format!("the place in line keeps being lost ({lost})"),
+                });
             }
-            Ok(Outcome::PlaceLost(why)) => {
-                contender.leave().await;
-                why
-            }
-            Err(e) => {
-                contender.leave().await;
-                return Err(e);
-            }
-        };
-        if request.expired() {
-            return Ok(Acquired::Busy);
+            rejoins += 1;
+            crate::warn!("{lost}; joining the line of {} again", request.name);
         }
-        if rejoins == MAX_REJOINS {
-            return Err(BackendError::Failed {
-                endpoint: link.endpoints().to_owned(),
-                reason: format!("the place in line keeps being lost ({lost})"),
-            });
-        }
-        rejoins += 1;
-        crate::warn!("{lost}; joining the line of {} again", request.name);
+    }
+
+    fn inspector(&self) -> &dyn Inspect {
+        self
     }
 }
 

@@ -28,7 +28,7 @@ use super::lease::ZkLease;
 use super::line::Line;
 use super::link::{Link, REQUEST_TIMEOUT, session_gone};
 use super::paths::SUPERSEDE;
-use super::record::{Newest, Record};
+use super::record::{Newest, Record, Stored};
 use super::session::{close, ended};
 use super::{slots, supersede};
 use crate::backend::waiting::policy::{LEAVE_TIMEOUT, Outage};

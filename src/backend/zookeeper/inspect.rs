@@ -20,7 +20,7 @@ use super::interval;
 use super::line::Line;
 use super::link::{Link, REQUEST_TIMEOUT};
 use super::paths::{self, Contender, slot_of};
-use super::record::Record;
+use super::record::{Record, Stored};
 use crate::backend::inspect::held;
 use crate::backend::{
     BackendError, HolderInfo, HolderStatus, Inspect, IntervalClaim, LockStatus, MAX_LIMIT,

@@ -6,7 +6,6 @@
 //! ACLs and deadlines: [`link`].
 
 mod acquire;
-mod backend;
 mod bells;
 mod contender;
 mod inspect;

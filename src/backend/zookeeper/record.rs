@@ -1,7 +1,9 @@
 //! What a contender's znode holds: who it is (shown by `status` and in waiting messages), the
 //! `--limit` it counts by, and the session timeout it was granted (the longest its lease can have
-//! left, which `status` shows, since ZooKeeper does not say when a session was last heard from).
+//! left, which `status` shows, since ZooKeeper does not say when a session was last heard from);
+//! and the newest `--supersede` waiter of a name. Both are stored as JSON ([`Stored`]).
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::backend::HolderInfo;
@@ -14,17 +16,7 @@ pub struct Record {
     pub ttl_ms: u64,
 }
 
-impl Record {
-    pub fn encode(&self) -> Vec<u8> {
-        // A struct of strings and numbers always serializes.
-        serde_json::to_vec(self).unwrap_or_default()
-    }
-
-    /// A stored record; `None` when the data is not one of lockrun's.
-    pub fn decode(data: &[u8]) -> Option<Record> {
-        serde_json::from_slice(data).ok()
-    }
-}
+impl Stored for Record {}
 
 /// The newest `--supersede` waiter of a name: its token (create zxid) and record.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -33,12 +25,17 @@ pub struct Newest {
     pub holder: HolderInfo,
 }
 
-impl Newest {
-    pub fn encode(&self) -> Vec<u8> {
+impl Stored for Newest {}
+
+/// What lockrun keeps in a znode's data, as JSON.
+pub trait Stored: Serialize + DeserializeOwned {
+    fn encode(&self) -> Vec<u8> {
+        // A struct of strings and numbers always serializes.
         serde_json::to_vec(self).unwrap_or_default()
     }
 
-    pub fn decode(data: &[u8]) -> Option<Newest> {
+    /// Stored data; `None` when it is not one of lockrun's.
+    fn decode(data: &[u8]) -> Option<Self> {
         serde_json::from_slice(data).ok()
     }
 }

@@ -8,8 +8,9 @@
 
 use async_trait::async_trait;
 
-use super::backend::ZooKeeper;
+use super::link::Link;
 use crate::backend::url::{LoneUserinfo, Url, UrlForms};
+use crate::backend::waiting::networked::Networked;
 use crate::backend::{Backend, BackendError};
 
 /// ZooKeeper's client port.
@@ -88,8 +89,11 @@ impl crate::backend::Settings for Settings {
         self.url.forms()
     }
 
+    /// Prepares the way to the ensemble; nothing connects here: a session is opened by the first
+    /// operation (with the TTL as its timeout, for an acquisition), so an unreachable ensemble
+    /// fails it before anything runs.
     async fn open(&self) -> Result<Box<dyn Backend>, BackendError> {
-        Ok(Box::new(ZooKeeper::open(self)))
+        Ok(Networked::boxed(Link::new(self), self.shown()))
     }
 }
 

@@ -9,7 +9,7 @@ use zookeeper_client::{self as zk, CreateMode, OneshotWatcher};
 
 use super::link::{Link, REQUEST_TIMEOUT};
 use super::paths::SUPERSEDE;
-use super::record::Newest;
+use super::record::{Newest, Stored};
 use crate::backend::{BackendError, HolderInfo};
 use crate::name::LockName;
 
