@@ -29,6 +29,9 @@ const SAFETY_RECHECK: Duration = Duration::from_secs(1);
 /// times: the holder may be letting go at that very moment.
 const RETRY_FIRST: Duration = Duration::from_millis(1);
 const RETRIES: u32 = 6;
+/// A waiter with no inotify instance (see `wakeup`) looks this often per turn still ahead of
+/// it (at most every [`SAFETY_RECHECK`]): often when it is about to be served, seldom far back.
+const POLL_PER_TURN_AHEAD: Duration = Duration::from_millis(10);
 
 /// The `file://` backend.
 pub struct FileBackend {
@@ -194,6 +197,15 @@ impl FileBackend {
                 Verdict::Behind(files) => {
                     watched.extend(files.iter().map(|f| line.dir.path().join(f)));
                     SAFETY_RECHECK
+                }
+            };
+            // Without wake-ups, the waiters about to be served look often; the rest, seldom.
+            let pause = match wakeup.has_events() {
+                true => pause,
+                false => {
+                    let turns = line.ahead(place)? / request.limit.max(1) as usize + 1;
+                    let turns = u32::try_from(turns).unwrap_or(u32::MAX);
+                    pause.min(POLL_PER_TURN_AHEAD.saturating_mul(turns))
                 }
             };
             if request.expired() {

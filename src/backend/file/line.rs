@@ -282,6 +282,12 @@ impl Line {
         }
     }
 
+    /// How many tickets are ahead of `place` in line (live or not).
+    pub fn ahead(&self, place: &Place) -> io::Result<usize> {
+        let me = place.entry.ticket;
+        Ok(self.entries()?.iter().filter(|e| e.ticket < me).count())
+    }
+
     /// The record in a waiter's ticket file (after its heartbeat line), if the waiter is still
     /// there (its heartbeat fresh).
     pub fn waiter(&self, file_name: &str) -> Option<HolderInfo> {

@@ -64,6 +64,11 @@ impl Wakeup {
         }
     }
 
+    /// Whether changes wake this waiter (it has an inotify instance).
+    pub fn has_events(&self) -> bool {
+        self.inotify.is_some()
+    }
+
     /// Watches the state directory `dir` for a holder letting go of one of the lock files.
     pub fn watch_slots(&mut self, dir: &Path) -> io::Result<()> {
         self.slots_dir = Some(dir.to_owned());
