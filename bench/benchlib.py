@@ -196,16 +196,40 @@ def scrub_env(prefix: str) -> None:
         del ENV[key]
 
 
-def spawn(argv: list[str], stdout: str | None = None) -> int:
+def spawn(argv: list[str], stdout: str | None = None, quiet: bool = False) -> int:
     """Starts argv with posix_spawn (much cheaper than subprocess, so the harness adds as
-    little as possible to what is measured); stdout optionally redirected to a file. A bare
-    program name is looked up on PATH. Returns the pid."""
+    little as possible to what is measured); stdout optionally redirected to a file, stderr to
+    /dev/null when `quiet` (a thousand waiters' messages are noise). A bare program name is
+    looked up on PATH. Returns the pid."""
     actions = []
+    if quiet:
+        actions.append((os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0))
     if stdout is not None:
         actions.append((os.POSIX_SPAWN_OPEN, 1, stdout,
                         os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
     path = argv[0] if "/" in argv[0] else (shutil.which(argv[0]) or argv[0])
     return os.posix_spawn(path, argv, ENV, file_actions=actions)
+
+
+def wait_all(pids: list[int], what: str, timeout_s: float) -> int:
+    """Reaps every pid; returns how many failed (exit status other than 0); Broken, after
+    killing the rest, if they did not all finish within `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    failures = 0
+    left = set(pids)
+    while left:
+        for pid in list(left):
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                left.discard(pid)
+                failures += os.waitstatus_to_exitcode(status) != 0
+        if left and time.monotonic() > deadline:
+            for pid in left:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+            raise Broken(f"{len(left)} {what} did not finish within {timeout_s:.0f} s")
+        time.sleep(0.01)
+    return failures
 
 
 def wait_ok(pid: int, what: str) -> None:

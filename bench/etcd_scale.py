@@ -161,32 +161,9 @@ def cpu_ms(pid: int) -> float:
 # --------------------------------------------------------------------------------------------
 
 
-def spawn_quiet(argv: list[str], stdout: str | None = None) -> int:
-    """posix_spawn with stderr to /dev/null (a thousand waiters' messages are noise here)."""
-    actions = [(os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0)]
-    if stdout is not None:
-        actions.append((os.POSIX_SPAWN_OPEN, 1, stdout, os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
-                        0o644))
-    return os.posix_spawn(argv[0], argv, benchlib.ENV, file_actions=actions)
-
-
 def wait_all(pids: list[int], what: str, timeout_s: float) -> None:
     """Reaps every pid; Broken if one failed or they did not all finish in time."""
-    deadline = time.monotonic() + timeout_s
-    failures = 0
-    left = set(pids)
-    while left:
-        for pid in list(left):
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                left.discard(pid)
-                failures += os.waitstatus_to_exitcode(status) != 0
-        if left and time.monotonic() > deadline:
-            for pid in left:
-                os.kill(pid, 9)
-                os.waitpid(pid, 0)
-            raise Broken(f"{len(left)} {what} did not finish within {timeout_s:.0f} s")
-        time.sleep(0.01)
+    failures = benchlib.wait_all(pids, what, timeout_s)
     if failures:
         raise Broken(f"{failures} {what} failed")
 
@@ -223,16 +200,17 @@ def drain_once(tool: Tool, server: Etcd, queued: int, tag: str, tmp: Path) -> Dr
     work = tmp / name
     work.mkdir()
     ready, go = work / "ready", work / "go"
-    holder = spawn_quiet(tool.argv(name, [
+    holder = benchlib.spawn(tool.argv(name, [
         "sh", "-c", ': > "$1"; while [ ! -e "$2" ]; do sleep 0.005; done', "sh",
-        str(ready), str(go)]))
+        str(ready), str(go)]), quiet=True)
     deadline = time.monotonic() + 20
     while not ready.exists():
         if time.monotonic() > deadline:
             raise Broken(f"{tool.label}: the holder never started")
         time.sleep(0.005)
     stamps = [work / f"w{i}" for i in range(queued)]
-    waiters = [spawn_quiet(tool.argv(name, ["date", "+%s%N"]), stdout=str(s)) for s in stamps]
+    waiters = [benchlib.spawn(tool.argv(name, ["date", "+%s%N"]), stdout=str(s), quiet=True)
+               for s in stamps]
     deadline = time.monotonic() + FILL_TIMEOUT_S
     while count_keys(server.endpoint, tool.prefix(name)) < queued + 1:
         if time.monotonic() > deadline:

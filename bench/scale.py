@@ -119,35 +119,6 @@ BACKENDS = {
 }
 
 
-def spawn_quiet(argv: list[str], stdout: str | None = None) -> int:
-    """posix_spawn with stderr to /dev/null (a thousand waiters' messages are noise here)."""
-    actions = [(os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0)]
-    if stdout is not None:
-        actions.append((os.POSIX_SPAWN_OPEN, 1, stdout, os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
-                        0o644))
-    return os.posix_spawn(argv[0], argv, benchlib.ENV, file_actions=actions)
-
-
-def wait_all(pids: list[int], what: str, timeout_s: float) -> int:
-    """Reaps every pid; returns how many failed; Broken if they did not all finish in time."""
-    deadline = time.monotonic() + timeout_s
-    failures = 0
-    left = set(pids)
-    while left:
-        for pid in list(left):
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                left.discard(pid)
-                failures += os.waitstatus_to_exitcode(status) != 0
-        if left and time.monotonic() > deadline:
-            for pid in left:
-                os.kill(pid, 9)
-                os.waitpid(pid, 0)
-            raise Broken(f"{len(left)} {what} did not finish within {timeout_s:.0f} s")
-        time.sleep(0.01)
-    return failures
-
-
 def status(binary: str, url: str, name: str) -> dict:
     out = subprocess.run([binary, "--backend", url, "status", name, "--json"],
                                   capture_output=True, text=True, env=benchlib.ENV)
@@ -170,8 +141,8 @@ def drain(binary: str, backend: Backend, queued: int, tmp: Path) -> Drain:
     ready, go = work / "ready", work / "go"
     argv = lambda command: [binary, "--backend", backend.url, "--name", name,  # noqa: E731
                             "--ttl", "15s", "--wait", "20m", "--progress", "0", "--", *command]
-    holder = spawn_quiet(argv(["sh", "-c", ': > "$1"; while [ ! -e "$2" ]; do sleep 0.005; done',
-                               "sh", str(ready), str(go)]))
+    hold = ': > "$1"; while [ ! -e "$2" ]; do sleep 0.005; done'
+    holder = benchlib.spawn(argv(["sh", "-c", hold, "sh", str(ready), str(go)]), quiet=True)
     deadline = time.monotonic() + 20
     while not ready.exists():
         if time.monotonic() > deadline:
@@ -180,7 +151,7 @@ def drain(binary: str, backend: Backend, queued: int, tmp: Path) -> Drain:
     stamps = [work / f"w{i}" for i in range(queued)]
     waiters = []
     for s in stamps:
-        waiters.append(spawn_quiet(argv(["date", "+%s%N"]), stdout=str(s)))
+        waiters.append(benchlib.spawn(argv(["date", "+%s%N"]), stdout=str(s), quiet=True))
     deadline = time.monotonic() + FILL_TIMEOUT_S
     while status(binary, backend.url, name)["waiters"] < queued:
         if time.monotonic() > deadline:
@@ -189,7 +160,7 @@ def drain(binary: str, backend: Backend, queued: int, tmp: Path) -> Drain:
     time.sleep(0.5)
     before = backend.work()
     go.touch()
-    failed = wait_all([holder] + waiters, f"{backend.label} runs", DRAIN_TIMEOUT_S)
+    failed = benchlib.wait_all([holder] + waiters, f"{backend.label} runs", DRAIN_TIMEOUT_S)
     after = backend.work()
     if failed:
         raise Broken(f"{backend.label}: {failed} runs failed in the drain of {queued}")
@@ -227,10 +198,10 @@ def many_names(binary: str, backend: Backend, tmp: Path, names: int) -> Held:
     pids = []
     for i in range(names):
         ready = work / f"r{i}"
-        pids.append(spawn_quiet([
+        pids.append(benchlib.spawn([
             binary, "--backend", backend.url, "--name", f"names/{i}", "--ttl", "15s",
             "--no-wait", "--", "sh", "-c", ': > "$1"; read line < "$2" || :',
-            "sh", str(ready), str(go)]))
+            "sh", str(ready), str(go)], quiet=True))
     deadline = time.monotonic() + FILL_TIMEOUT_S
     while sum((work / f"r{i}").exists() for i in range(names)) < names:
         if time.monotonic() > deadline:
@@ -245,7 +216,7 @@ def many_names(binary: str, backend: Backend, tmp: Path, names: int) -> Held:
         os.close(os.open(go, os.O_WRONLY | os.O_NONBLOCK))  # end of file for every reader
     except OSError:
         pass  # no reader left
-    lost = wait_all(pids, f"{backend.label} holders", DRAIN_TIMEOUT_S)
+    lost = benchlib.wait_all(pids, f"{backend.label} holders", DRAIN_TIMEOUT_S)
     return Held(got, rate, rss, lost)
 
 

@@ -43,8 +43,8 @@ def run_readers(binary: str, url: str, readers: int, rounds: int, hold: float, m
         extra = "--shared" if mode == "shared" else ""
         script = (f'for i in $(seq {rounds}); do "$0" --backend "$1" --name {name} {extra} '
                   f'--wait 600s -- sleep {hold} || exit 1; done')
-        pids.append(scale.spawn_quiet(["/bin/sh", "-c", script, binary, url]))
-    failed = scale.wait_all(pids, f"{mode} readers", 600)
+        pids.append(benchlib.spawn(["/bin/sh", "-c", script, binary, url], quiet=True))
+    failed = benchlib.wait_all(pids, f"{mode} readers", 600)
     if failed:
         raise benchlib.Broken(f"{failed} {mode} readers failed on {url}")
     return time.monotonic() - started
