@@ -35,7 +35,6 @@ server not starting). This is not a test.
 
 from __future__ import annotations
 
-import glob
 import os
 import resource
 import subprocess
@@ -47,6 +46,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchlib  # noqa: E402  (the shared harness, next to this script)
 from benchlib import Broken  # noqa: E402
+import postgres as pg  # noqa: E402  (its private PostgreSQL server)
 
 SIZES = [10, 100, 1000]
 QUICK_SIZES = [10, 100]
@@ -55,15 +55,6 @@ POOL_SIZE = 20
 BATCH = 50
 ROUNDS = 3
 IDLE_S = 2.0
-
-
-def bin_dir() -> Path:
-    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"),
-                   key=lambda p: int(Path(p).parent.parent.name))
-    if not found:
-        raise Broken("no PostgreSQL server under /usr/lib/postgresql/*/bin "
-                     "(apt-get install postgresql)")
-    return Path(found[-1]).parent
 
 
 def wait_for(what: str, check, proc: subprocess.Popen, timeout: float = 20) -> None:
@@ -78,30 +69,13 @@ class Servers:
     """A private PostgreSQL cluster and a PgBouncer in front of it."""
 
     def __init__(self, tmp: Path):
-        self.bin = bin_dir()
-        self.user = benchlib.postgres_user(tmp)
-        self.tmp = tmp
-        self.port = benchlib.free_port()
-        data = tmp / "data"
-        init = subprocess.run(
-            [str(self.bin / "initdb"), "-D", str(data), "-U", "postgres", "-A", "trust",
-             "-E", "UTF8", "--no-sync"],
-            user=self.user, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        if init.returncode != 0:
-            raise Broken(f"initdb failed: {init.stderr.strip()}")
-        self.pg = subprocess.Popen(
-            [str(self.bin / "postgres"), "-D", str(data), "-p", str(self.port),
-             "-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={tmp}",
-             "-c", "fsync=off", "-c", "dynamic_shared_memory_type=mmap",
-             "-c", "max_connections=1200", "-c", "shared_buffers=128MB",
-             "-c", "shared_preload_libraries=pg_stat_statements",
-             "-c", "pg_stat_statements.track=top"],
-            user=self.user, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True)
+        # Room for a thousand direct lockruns, and statement statistics per kind.
+        self.postgres = pg.Server(tmp, (
+            "max_connections=1200", "shared_buffers=128MB",
+            "shared_preload_libraries=pg_stat_statements", "pg_stat_statements.track=top"))
+        self.bin, self.user, self.port = self.postgres.bin, self.postgres.user, self.postgres.port
+        self.pg = self.postgres.proc
         self.bouncer: subprocess.Popen | None = None
-        wait_for("postgres", lambda: subprocess.run(
-            [str(self.bin / "pg_isready"), "-q", "-h", "127.0.0.1", "-p", str(self.port)]
-        ).returncode == 0, self.pg)
         self.psql("CREATE EXTENSION pg_stat_statements")
         self.bouncer_port = benchlib.free_port()
         (tmp / "users.txt").write_text('"postgres" ""\n')

@@ -72,9 +72,9 @@ def bin_dir() -> Path:
 
 
 class Server:
-    """A private cluster, ready when pg_isready says so."""
+    """A private cluster, ready when pg_isready says so; `settings` are more `-c NAME=VALUE`."""
 
-    def __init__(self, tmp: Path):
+    def __init__(self, tmp: Path, settings: tuple[str, ...] = ()):
         self.bin = bin_dir()
         self.port = benchlib.free_port()
         self.user = benchlib.postgres_user(tmp)
@@ -88,7 +88,8 @@ class Server:
         self.proc = subprocess.Popen(
             [str(self.bin / "postgres"), "-D", str(data), "-p", str(self.port),
              "-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={tmp}",
-             "-c", "fsync=off", "-c", "dynamic_shared_memory_type=mmap"],
+             "-c", "fsync=off", "-c", "dynamic_shared_memory_type=mmap",
+             *(arg for setting in settings for arg in ("-c", setting))],
             user=self.user, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True)
         deadline = time.monotonic() + 20
