@@ -17,6 +17,7 @@ mod mysql;
 mod postgres;
 mod redis;
 mod redlock;
+mod repeat;
 mod spec;
 mod sql_names;
 mod url;

@@ -35,6 +35,7 @@ use super::session::{Heard, Session};
 use super::settings::{Settings, Tls};
 use super::tls;
 use crate::backend::BackendError;
+use crate::backend::repeat::once_more_if_dropped;
 use crate::backend::waiting::policy::owner_id;
 
 /// Longest wait for a connection when the backend is opened.
@@ -163,25 +164,19 @@ impl Link {
         sql: &str,
         params: &Params<'_>,
     ) -> Result<Vec<Row>, Failure> {
-        let started = std::time::Instant::now();
         let kept = self.slot().clone();
-        let result = self.query(limit, sql, params).await;
-        let dropped = kept.is_some_and(|kept| {
-            !self
-                .slot()
-                .as_ref()
-                .is_some_and(|now| Arc::ptr_eq(now, &kept))
-        });
-        match (result, limit.checked_sub(started.elapsed())) {
-            (Err(_), Some(left)) if dropped && !left.is_zero() => {
-                crate::debug!(
-                    "the connection to {} was lost; trying a new one",
-                    self.endpoint()
-                );
-                self.query(left, sql, params).await
-            }
-            (result, _) => result,
-        }
+        let dropped = || {
+            kept.is_some_and(|kept| {
+                !self
+                    .slot()
+                    .as_ref()
+                    .is_some_and(|now| Arc::ptr_eq(now, &kept))
+            })
+        };
+        once_more_if_dropped(limit, self.endpoint(), dropped, |limit| {
+            self.query(limit, sql, params)
+        })
+        .await
     }
 
     /// [`Link::query`] for a statement sent over and over (a waiter's tries and looks): prepared

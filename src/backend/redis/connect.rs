@@ -22,6 +22,7 @@ use redis::{RedisError, RedisResult, ScriptInvocation};
 
 use super::settings::Settings;
 use crate::backend::BackendError;
+use crate::backend::repeat::once_more_if_dropped;
 use crate::messages::fragment;
 
 /// Longest wait for a connection when the backend is opened.
@@ -167,20 +168,12 @@ impl Link {
         limit: Duration,
         request: Request<'_>,
     ) -> Result<T, BackendError> {
-        let started = std::time::Instant::now();
         let kept = self.slot().is_some();
-        let result = self.send(limit, request).await;
-        let dropped = kept && self.slot().is_none();
-        match (result, limit.checked_sub(started.elapsed())) {
-            (Err(_), Some(left)) if dropped && !left.is_zero() => {
-                crate::debug!(
-                    "the connection to {} was lost; trying a new one",
-                    self.endpoint
-                );
-                self.send(left, request).await
-            }
-            (result, _) => result,
-        }
+        let dropped = || kept && self.slot().is_none();
+        once_more_if_dropped(limit, &self.endpoint, dropped, |limit| {
+            self.send(limit, request)
+        })
+        .await
     }
 
     /// A dedicated connection subscribed to `channel`, for waiters.
