@@ -207,11 +207,6 @@ impl Child {
         self.process.wait().await
     }
 
-    /// Whether the command's group was given lockrun's terminal.
-    pub fn owns_terminal(&self) -> bool {
-        self.owns_terminal
-    }
-
     /// The job-control signals to pass on, when the command runs without the terminal.
     pub fn take_job_control(&mut self) -> Option<JobControl> {
         self.job_control.take()
