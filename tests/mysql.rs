@@ -347,3 +347,38 @@ fn weak_durability_settings_are_named_once_with_v() {
     let out = s.run(["--name", "d", "--", "true"]);
     assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
 }
+
+/// Guards against a hand-over that breaks when the releaser may not interrupt the waiter's
+/// session (`KILL QUERY` needs the same user or `CONNECTION ADMIN`, which application users
+/// rarely have): the release succeeds all the same, and the other user's waiter, not woken,
+/// finds its turn at its next look.
+#[test]
+fn a_waiter_of_another_user_gets_its_turn_without_being_woken() {
+    let server = MySqlServer::start();
+    for user in ["alice", "bob"] {
+        server.sql(&format!(
+            "CREATE USER '{user}'@'%' IDENTIFIED BY 'pw-{user}'; \
+             GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, CREATE ROUTINE, EXECUTE \
+             ON {DATABASE}.* TO '{user}'@'%'"
+        ));
+    }
+    let url = |user: &str| {
+        format!(
+            "mysql://{user}:pw-{user}@127.0.0.1:{}/{DATABASE}",
+            server.port()
+        )
+    };
+    let s = Scene::new(url("alice"));
+    let mut holder = s.hold("mixed", "h", &["--ttl", "3s"]);
+    let mut waiter = Proc::spawn(&mut s.cmd_via(
+        &url("bob"),
+        ["--name", "mixed", "--wait", "20s", "--", "touch", "bob-ran"],
+    ));
+    s.wait_waiters("mixed", 1);
+    let out = holder.finish();
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
+    let out = waiter.wait(SOON);
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    assert!(s.path("bob-ran").exists());
+}
