@@ -7,12 +7,19 @@ use nix::sys::signal::Signal;
 
 use crate::support::asserts::assert_said;
 use crate::support::fixture::Fixture;
+use crate::support::holder::Holder;
+use crate::support::lockrun::Proc;
 use crate::support::scene::Scene;
 use crate::support::wait::{SOON, code, read_trimmed, text, wait_until};
 
 /// How long a networked waiter that stops answering keeps its place (its heartbeat, or for etcd
 /// its lease).
 const PLACE_KEPT: Duration = Duration::from_secs(3);
+/// How many waiters in a row die or give up in the scenarios below: more than a backend may let
+/// watch the head of its line (DynamoDB: the two just behind it).
+const DEAD_IN_A_ROW: u64 = 4;
+/// How often, at most, a waiter far back in a polling backend's line (DynamoDB) looks again.
+const FAR_LOOK: Duration = Duration::from_millis(1500);
 
 /// Guards against a busy lock that runs the command, waits when told not to, leaves a waiter
 /// behind, or speaks when a cron line asked for silence.
@@ -132,46 +139,59 @@ pub fn a_release_wakes_the_next_waiter<F: Fixture>() {
     );
 }
 
-/// Guards against a waiter killed in line (SIGKILL: no chance to leave) holding up the line for
-/// longer than its place lasts (not at all with kernel locks).
+/// Guards against waiters killed in line (SIGKILL: no chance to leave) holding up the line for
+/// longer than a place lasts (not at all with kernel locks) — also a run of them at the head,
+/// longer than the few just behind the head that may watch it.
 pub fn a_dead_waiter_does_not_block_the_line<F: Fixture>() {
     let fx = F::start();
     let s = Scene::new(fx.url());
     let mut holder = s.hold("dead", "h", &["--ttl", F::TTL]);
-    let mut first = s.waiter("dead", &["--ttl", F::TTL], "touch first");
-    s.wait_waiters("dead", 1);
-    let mut second = s.waiter("dead", &["--ttl", F::TTL], "touch second");
-    s.wait_waiters("dead", 2);
-    first.signal(Signal::SIGKILL);
-    first.wait(SOON);
+    let mut dead = Vec::new();
+    for i in 0..DEAD_IN_A_ROW {
+        let script = format!("touch dead-{i}");
+        dead.push(s.waiter("dead", &["--ttl", F::TTL], &script));
+        s.wait_waiters("dead", i + 1);
+    }
+    let mut next = s.waiter("dead", &["--ttl", F::TTL], "touch next");
+    s.wait_waiters("dead", DEAD_IN_A_ROW + 1);
+    for waiter in &mut dead {
+        waiter.signal(Signal::SIGKILL);
+        waiter.wait(SOON);
+    }
     assert_eq!(code(&holder.finish()), 0);
     let bound = match F::EXPIRES {
         true => PLACE_KEPT.max(F::ttl()) + Duration::from_secs(2),
         false => Duration::from_secs(1),
     };
     assert!(
-        wait_until(bound, || s.path("second").exists()),
-        "the next waiter did not run within {bound:?} of the release"
+        wait_until(bound, || s.path("next").exists()),
+        "the waiter behind {DEAD_IN_A_ROW} dead ones did not run within {bound:?} of the release"
     );
-    let out = second.wait(SOON);
+    let out = next.wait(SOON);
     assert_eq!(code(&out), 0, "{}", text(&out.stderr));
-    assert!(!s.path("first").exists());
+    for i in 0..DEAD_IN_A_ROW {
+        assert!(
+            !s.path(&format!("dead-{i}")).exists(),
+            "dead waiter {i} ran"
+        );
+    }
 }
 
 /// Guards against a waiter that gives up (SIGTERM, Ctrl-C, `--wait` running out) leaving its
-/// ghost in line: the waiter behind it must start at once when the holder ends (invariant 10).
+/// ghost in line: the waiter behind it must start at once when the holder ends (invariant 10) —
+/// also behind a run of waiters that gave up, the ones behind the head first.
 pub fn a_waiter_that_gives_up_leaves_the_line_at_once<F: Fixture>() {
     let fx = F::start();
     let s = Scene::new(fx.url());
     for (how, status) in [("term", 143), ("int", 130), ("wait", 75)] {
         let name = format!("give-{how}");
-        let mut holder = s.hold(&name, &format!("h-{how}"), &["--ttl", F::TTL]);
+        let holder = s.hold(&name, &format!("h-{how}"), &["--ttl", F::TTL]);
         let patience = if how == "wait" { "2s" } else { "60s" };
         let patience = ["--name", &name, "--ttl", F::TTL, "--wait", patience];
         let mut quitter = s.spawn([&patience[..], &["--", "touch", "quitter"]].concat());
         s.wait_waiters(&name, 1);
         let next = format!("next-{how}");
-        let mut waiter = s.waiter(&name, &["--ttl", F::TTL], &format!("touch {next}"));
+        let waiter = s.waiter(&name, &["--ttl", F::TTL], &format!("touch {next}"));
         s.wait_waiters(&name, 2);
         match how {
             "term" => quitter.signal(Signal::SIGTERM),
@@ -180,21 +200,45 @@ pub fn a_waiter_that_gives_up_leaves_the_line_at_once<F: Fixture>() {
         }
         let out = quitter.wait(SOON);
         assert_eq!(code(&out), status, "{how}: {}", text(&out.stderr));
-        assert_eq!(code(&holder.finish()), 0);
-        let released = Instant::now();
-        assert!(
-            wait_until(SOON, || s.path(&next).exists()),
-            "{how}: the next waiter never ran"
-        );
-        let after = released.elapsed();
-        assert!(
-            after < Duration::from_millis(500),
-            "{how}: the next waiter started {after:?} after the release: the waiter that gave up \
-             kept its place"
-        );
-        assert_eq!(code(&waiter.wait(SOON)), 0);
-        assert!(!s.path("quitter").exists(), "{how}: the quitter ran");
+        runs_at_once_after_the_holder(&s, holder, waiter, &next);
     }
+    let holder = s.hold("give-run", "h-run", &["--ttl", F::TTL]);
+    let mut quitters = Vec::new();
+    for i in 0..DEAD_IN_A_ROW {
+        let options = ["--name", "give-run", "--ttl", F::TTL, "--"];
+        quitters.push(s.spawn([&options[..], &["touch", "quitter"]].concat()));
+        s.wait_waiters("give-run", i + 1);
+    }
+    let waiter = s.waiter("give-run", &["--ttl", F::TTL], "touch next-run");
+    s.wait_waiters("give-run", DEAD_IN_A_ROW + 1);
+    for mut quitter in quitters.into_iter().rev() {
+        quitter.signal(Signal::SIGTERM);
+        let out = quitter.wait(SOON);
+        assert_eq!(code(&out), 143, "run: {}", text(&out.stderr));
+    }
+    // A backend that cannot notify has the waiters far back look only every second or so: let
+    // the last one see that it moved up, as it would behind a holder that runs for a while.
+    std::thread::sleep(FAR_LOOK);
+    runs_at_once_after_the_holder(&s, holder, waiter, "next-run");
+    assert!(!s.path("quitter").exists(), "a quitter ran");
+}
+
+/// Ends `holder` and asserts that `waiter` (whose script touches `done`) starts at once.
+fn runs_at_once_after_the_holder(s: &Scene, mut holder: Holder, mut waiter: Proc, done: &str) {
+    assert_eq!(code(&holder.finish()), 0);
+    let released = Instant::now();
+    assert!(
+        wait_until(SOON, || s.path(done).exists()),
+        "{done}: the next waiter never ran"
+    );
+    let after = released.elapsed();
+    assert!(
+        after < Duration::from_millis(500),
+        "{done}: the next waiter started {after:?} after the release: a waiter that gave up kept \
+         its place"
+    );
+    assert_eq!(code(&waiter.wait(SOON)), 0);
+    assert!(!s.path("quitter").exists(), "{done}: the quitter ran");
 }
 
 /// Guards against a waiter frozen in line (its lockrun stopped) keeping its place past its

@@ -6,7 +6,8 @@
 //! waiter, or skipping waiters that died just ahead.
 //!
 //! DynamoDB cannot notify, so the doorbell is a timer ([`Poll`]): the head of the line and the
-//! few just behind it look again every [`HEAD_RECHECK`] (a release is seen that soon), the others
+//! few just behind it (and everyone, while nobody holds and the line does not move: dead waiters
+//! at the head) look again every [`HEAD_RECHECK`] (a release is seen that soon), the others
 //! every `--renew` (TTL/3) or every second, whichever is shorter, jittered so that they do not
 //! come in step. A handoff costs the server O(1) work: nobody is woken, and only the front of
 //! the line looks often.
@@ -39,6 +40,8 @@ const FAST_BEHIND: u64 = 2;
 const WATCHERS: u64 = 2;
 /// How often they read the tickets ahead.
 const WATCH_EVERY: Duration = Duration::from_millis(500);
+/// The most tickets ahead one watch reads (a longer run of dead waiters is skipped in steps).
+const WATCH_WINDOW: u64 = 16;
 
 /// A DynamoDB table, as a line of waiters.
 pub struct Dynamo {
@@ -198,14 +201,24 @@ impl Dynamo {
                 && let Some(token) = self.claim(w, &c, &plan, Turn::Ticket(mine)).await?
             {
                 self.out_of_line(w);
+                // The claim moved the head on, maybe onto waiters that already left.
+                let _ = queue::skip_left(link, &request.name, mine + 1).await;
                 return Ok(taken(token, plan.seat, &c));
             }
-        } else if mine - lock.serving <= WATCHERS {
+            w.place.store(0, Ordering::Relaxed);
+            return Ok(waiting(None));
+        }
+        let behind = mine - lock.serving;
+        // Further back, a line that does not move while nobody holds means a run of dead waiters
+        // longer than the watchers: watch too, and look again as often as the head.
+        let stalled =
+            behind > WATCHERS && lock.holders.iter().all(|h| claim::dead(h, &w.holders, now));
+        if behind <= WATCHERS || stalled {
             self.watch_ahead(w, &request.name, lock.serving, mine)
                 .await?;
         }
-        w.place
-            .store(mine.saturating_sub(lock.serving), Ordering::Relaxed);
+        let place = if stalled { 0 } else { behind };
+        w.place.store(place, Ordering::Relaxed);
         Ok(waiting(None))
     }
 
@@ -250,8 +263,9 @@ impl Dynamo {
             .filter(|t| !t.left && t.supersede))
     }
 
-    /// Just behind the head: reads the tickets ahead now and then, and skips the leading ones
-    /// that left, or that stayed unchanged (or missing) for a whole heartbeat.
+    /// Just behind the head (or further back, when the head stalls): reads the tickets ahead now
+    /// and then, and skips the leading ones that left, or that stayed unchanged (or missing) for
+    /// a whole heartbeat.
     async fn watch_ahead(
         &self,
         w: &mut Waiting,
@@ -265,7 +279,8 @@ impl Dynamo {
             return Ok(());
         }
         w.watched = Some(BootInstant::now());
-        let ahead = queue::tickets(&self.link, name, serving..=mine - 1).await?;
+        let last = (mine - 1).min(serving + WATCH_WINDOW - 1);
+        let ahead = queue::tickets(&self.link, name, serving..=last).await?;
         let now = BootInstant::now();
         let version = |t: &Option<TicketItem>| match t {
             None => "missing".to_owned(),
@@ -280,7 +295,7 @@ impl Dynamo {
                 let left = t.as_ref().is_some_and(|t| t.left);
                 !left && !w.ahead.gone(n, &version(t), HEARTBEAT, now)
             })
-            .map_or(mine, |(n, _)| *n);
+            .map_or(last + 1, |(n, _)| *n);
         if skip_to > serving && queue::advance(&self.link, name, serving, skip_to).await? {
             crate::debug!("skipped {} waiter(s) gone from the line", skip_to - serving);
             for gone in serving..skip_to {

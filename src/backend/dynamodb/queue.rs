@@ -6,10 +6,12 @@
 //!   ticket item. Only the ticket at `serving` may claim, and its claim moves `serving` on in the
 //!   same write: waiters are served strictly in ticket order, across modes.
 //! - A waiter that gives up moves `serving` past itself if it is at the head, else marks its
-//!   ticket `left`, so the waiters behind skip it at once.
+//!   ticket `left`, so the waiters behind skip it at once. Whoever moves `serving` onto a ticket
+//!   marked `left` (a leaver, or a claim in turn) moves it on past the run of them.
 //! - A waiter that dies in line is skipped by the ones just behind the head once they have seen
 //!   its ticket unchanged (or missing) for [`HEARTBEAT`] on their own clocks — the clock-free
-//!   rule of [`super::sightings`] again.
+//!   rule of [`super::sightings`] again. When a run of dead waiters is longer than the watchers,
+//!   the waiters further back watch too, once they see a seat stand free that the head leaves.
 //! - Readers that look only once (`status`, a `--no-wait` try) cannot watch for a while: they
 //!   take a ticket whose writer's wall clock is more than [`HEARTBEAT`] + [`WALL_GRACE`] old as
 //!   gone. A host whose clock is off by more than the grace may be shown wrongly or passed by a
@@ -34,6 +36,8 @@ pub const BEAT_EVERY: Duration = Duration::from_secs(1);
 pub const WALL_GRACE: Duration = Duration::from_secs(2);
 /// Ticket items per `BatchGetItem` (DynamoDB's limit).
 const BATCH: usize = 100;
+/// Tickets read at a time when moving the head past waiters that left.
+const SKIP_BATCH: u64 = 16;
 /// The most tickets a look-once reader reads.
 pub const MAX_READ: u64 = 5_000;
 
@@ -141,20 +145,50 @@ pub async fn advance(link: &Link, name: &LockName, from: u64, to: u64) -> Result
     write::update(link, item::lock_key(name), &u, REQUEST_TIMEOUT).await
 }
 
-/// Leaves the line: past itself at the head, else marked `left` for the waiters behind.
+/// Leaves the line: past itself at the head, else marked `left` for the waiters behind. A
+/// waiter that marked its ticket while the head was reaching it finds itself at the head when it
+/// tries again (every read and write here is strongly consistent: of a leaver marking its ticket
+/// and a mover of the head reading it, one sees the other), so a ghost never holds the head.
 pub async fn leave(link: &Link, name: &LockName, ticket: u64, owner: &str) -> Result<(), Failure> {
-    if advance(link, name, ticket, ticket + 1).await? {
-        return forget(link, name, ticket, Some(owner)).await;
+    let at_head = advance(link, name, ticket, ticket + 1).await? || {
+        let mut u = Update::default();
+        let left = u.expr.name(item::LEFT);
+        let yes = u.expr.value(AttributeValue::Bool(true));
+        let mine = owned_by(&mut u.expr, owner);
+        u.set(format!("{left} = {yes}"));
+        u.condition(mine);
+        // A ticket no longer this waiter's is left as it is.
+        write::update(link, item::ticket_key(name, ticket), &u, REQUEST_TIMEOUT).await?
+            && advance(link, name, ticket, ticket + 1).await?
+    };
+    if at_head {
+        forget(link, name, ticket, Some(owner)).await?;
+        skip_left(link, name, ticket + 1).await?;
     }
-    let mut u = Update::default();
-    let left = u.expr.name(item::LEFT);
-    let yes = u.expr.value(AttributeValue::Bool(true));
-    let mine = owned_by(&mut u.expr, owner);
-    u.set(format!("{left} = {yes}"));
-    u.condition(mine);
-    // A ticket no longer this waiter's is left as it is.
-    write::update(link, item::ticket_key(name, ticket), &u, REQUEST_TIMEOUT).await?;
     Ok(())
+}
+
+/// Moves the head of the line, just moved to `from`, past the tickets there whose waiters have
+/// already left: they only marked their tickets, and the waiters far behind do not watch.
+pub async fn skip_left(link: &Link, name: &LockName, mut from: u64) -> Result<(), Failure> {
+    loop {
+        let ahead = tickets(link, name, from..=from + SKIP_BATCH - 1).await?;
+        let left = ahead
+            .iter()
+            .take_while(|(_, t)| t.as_ref().is_some_and(|t| t.left))
+            .count() as u64;
+        if left == 0 || !advance(link, name, from, from + left).await? {
+            return Ok(());
+        }
+        crate::debug!("skipped {left} waiter(s) that left the line");
+        for gone in from..from + left {
+            let _ = forget(link, name, gone, None).await;
+        }
+        if left < SKIP_BATCH {
+            return Ok(());
+        }
+        from += left;
+    }
 }
 
 /// The condition that a ticket item is `owner`'s.
