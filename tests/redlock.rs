@@ -8,6 +8,7 @@
 //! - a majority lost: the command is stopped before its lease could expire, counted from the last
 //!   renewal a quorum confirmed, and lockrun exits 76;
 //! - a minority restarted empty: no second holder appears, and tokens keep rising;
+//! - a clean exit leaves no hold behind on any master, not only on a quorum;
 //! - one master's clock stepped forward an hour and back (libfaketime): its early-expired hold lets
 //!   nobody in, and tokens keep rising;
 //! - six workers racing for one name while one master answers 100 ms late: no update is lost.
@@ -187,8 +188,14 @@ fn a_minority_restarted_empty_lets_nobody_in_and_tokens_rise<const N: usize>() {
     assert!(holder.token() > before);
     // A won round does not wait for the slower masters' grants; this test starts once the
     // holder holds on every master, so that the wiped minority cannot take its quorum away.
+    let holders_pid = format!("\"pid\":{}", holder.process.pid());
     let held_everywhere = wait_until(SOON, || {
-        (0..N).all(|i| fx.master(i).ask(&["EXISTS", "lockrun:{empty}:slot:0"]) == "1")
+        (0..N).all(|i| {
+            let info = fx
+                .master(i)
+                .ask(&["HGET", "lockrun:{empty}:slot:0", "info"]);
+            info.contains(&holders_pid)
+        })
     });
     assert!(
         held_everywhere,
@@ -229,6 +236,25 @@ fn a_minority_restarted_empty_lets_nobody_in_and_tokens_rise<const N: usize>() {
         last = next;
     }
     assert_eq!(s.overlaps(), "");
+}
+
+/// A run that ends cleanly leaves nothing on any master: its release waits for more than a
+/// quorum. A hold left on the slowest master would block that master for a whole lease and leave
+/// the next holder only a bare quorum, which one more master's loss would take away.
+fn a_clean_exit_leaves_no_hold_on_any_master<const N: usize>() {
+    let fx = RedlockServers::<N>::start();
+    let s = Scene::new(fx.url());
+    for run in 0..20 {
+        let out = s.run(["--name", "clean", "--ttl", "30s", "--", "true"]);
+        assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+        let left: Vec<usize> = (0..N)
+            .filter(|&i| fx.master(i).ask(&["EXISTS", "lockrun:{clean}:slot:0"]) == "1")
+            .collect();
+        assert!(
+            left.is_empty(),
+            "run {run} left its hold on masters {left:?}"
+        );
+    }
 }
 
 /// Master 0's wall clock stepped through libfaketime: an hour ahead, its token proposals jump (the
@@ -352,11 +378,13 @@ on_masters!(
     three_masters,
     3,
     a_minority_restarted_empty_lets_nobody_in_and_tokens_rise,
+    a_clean_exit_leaves_no_hold_on_any_master,
     six_workers_with_one_slow_master_lose_no_update,
 );
 on_masters!(
     five_masters,
     5,
     a_minority_restarted_empty_lets_nobody_in_and_tokens_rise,
+    a_clean_exit_leaves_no_hold_on_any_master,
     six_workers_with_one_slow_master_lose_no_update,
 );

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::fence;
-use super::masters::Masters;
+use super::masters::{Masters, STRAGGLERS};
 use super::scripts::{ACQUIRE, Call, RETREAT, line_keys};
 use super::timing::{self, millis};
 use crate::backend::redis::keys::Keys;
@@ -236,8 +236,8 @@ pub async fn attempt(
 }
 
 /// Backs out of a round everywhere: drops this caller's holds, keeps (or takes) its place in line
-/// at its agreed ticket. Waits for a quorum of masters at most; a master that does not answer
-/// keeps a hold of this caller's until it expires, which blocks no quorum.
+/// at its agreed ticket. Waits for a quorum of masters, and then a little for the others; a master
+/// that does not answer keeps a hold of this caller's until it expires, which blocks no quorum.
 async fn retreat(masters: &Masters, ticket: &Ticket<'_>, keys: &Keys, place: &mut Place) {
     let request = ticket.request;
     let call = Call::new(&RETREAT)
@@ -251,7 +251,7 @@ async fn retreat(masters: &Masters, ticket: &Ticket<'_>, keys: &Keys, place: &mu
         .arg(keys.wake_prefix())
         .arg(place.ticket);
     let round = masters.call::<i64>(&call, renew_timeout(request.ttl));
-    match masters.quorum_of(round).await {
+    match masters.most_of(round, STRAGGLERS).await {
         Ok(tickets) => {
             for (_, t) in tickets {
                 place.ticket = place.ticket.max(u64::try_from(t).unwrap_or(0));

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::masters::Masters;
+use super::masters::{Masters, STRAGGLERS};
 use super::scripts::{Call, STATUS};
 use crate::backend::inspect::held;
 use crate::backend::redis::connect::REQUEST_TIMEOUT;
@@ -27,9 +27,6 @@ use crate::backend::{
     WaiterStatus,
 };
 use crate::name::LockName;
-
-/// How long a read waits for more masters once a quorum has answered.
-const STRAGGLERS: Duration = Duration::from_millis(250);
 
 /// One master's view: waiters `(id, ticket, record)` in line order, holders `(id, slot, token,
 /// record, ms left)`.

@@ -16,7 +16,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::bells::Bells;
-use super::masters::Masters;
+use super::masters::{Masters, STRAGGLERS};
 use super::timing::{millis, validity};
 use crate::backend::redis::connect::REQUEST_TIMEOUT;
 use crate::backend::redis::keys::Keys;
@@ -96,7 +96,7 @@ impl Lease for RedlockLease {
     async fn release(self: Box<Self>) -> Result<(), BackendError> {
         let call = self.hold.release_call();
         let round = self.masters.call_repeatable::<i64>(&call, REQUEST_TIMEOUT);
-        let released = self.masters.quorum_of(round).await?;
+        let released = self.masters.most_of(round, STRAGGLERS).await?;
         if released.iter().all(|(_, n)| *n == 0) {
             crate::info!("the lease was no longer this run's; nothing to release");
         }

@@ -16,7 +16,7 @@ use async_trait::async_trait;
 use super::bells::Bells;
 use super::grant::{self, Place, Tried};
 use super::lease::RedlockLease;
-use super::masters::Masters;
+use super::masters::{Masters, STRAGGLERS};
 use super::timing::drift;
 use crate::backend::redis::keys::Keys;
 use crate::backend::redis::line::leave_call;
@@ -79,7 +79,7 @@ impl Line for Redlock {
     async fn leave(&self, ticket: &Ticket<'_>) -> Result<(), BackendError> {
         self.places().remove(&ticket.owner);
         let round = self.masters.call::<i64>(&leave_call(ticket), LEAVE_TIMEOUT);
-        self.masters.quorum_of(round).await.map(drop)
+        self.masters.most_of(round, STRAGGLERS).await.map(drop)
     }
 
     async fn doorbell(&self, ticket: &Ticket<'_>) -> Result<Box<dyn Doorbell>, BackendError> {

@@ -19,6 +19,11 @@ use super::scripts::Call;
 use crate::backend::BackendError;
 use crate::backend::redis::{self, connect::Link};
 
+/// How long a round that has its quorum still waits for the other masters' answers: reads, so
+/// that they show every master that answers, and releases and retreats, so that a run leaves no
+/// hold behind on a master that is up (the process may exit right after).
+pub const STRAGGLERS: Duration = Duration::from_millis(250);
+
 /// The masters, in the order the URL names them.
 pub struct Masters {
     links: Vec<Arc<Link>>,
@@ -150,26 +155,10 @@ impl Masters {
         }
     }
 
-    /// Waits until a quorum of `round`'s masters has answered (or until that cannot happen);
-    /// returns the answers that came, and fails when fewer than a quorum did. The others go on
-    /// in their tasks.
-    pub async fn quorum_of<T>(&self, mut round: Round<T>) -> Result<Vec<(usize, T)>, BackendError> {
-        let (mut answers, mut failures) = (Vec::new(), Vec::new());
-        while let Some((i, answer)) = round.next().await {
-            match answer {
-                Ok(value) => answers.push((i, value)),
-                Err(e) => failures.push((i, e)),
-            }
-            if answers.len() >= self.quorum() || failures.len() > self.len() - self.quorum() {
-                break;
-            }
-        }
-        self.at_least_a_quorum(answers, failures)
-    }
-
-    /// [`Masters::quorum_of`], and then the answers of the other masters that come within
-    /// `grace` (for reads of what the masters hold: a master that is down or frozen costs no more
-    /// than the grace); the answers in the masters' order.
+    /// Waits until a quorum of `round`'s masters has answered (or until that cannot happen), and
+    /// then for the answers of the others that come within `grace` (a master that is down or
+    /// frozen costs no more than the grace); returns the answers in the masters' order, and fails
+    /// when fewer than a quorum came.
     pub async fn most_of<T>(
         &self,
         mut round: Round<T>,
