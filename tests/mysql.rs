@@ -1,5 +1,6 @@
 //! What only the `mysql://` backend has, against a real MariaDB: its tables and procedures
-//! (created once under concurrent first use, relocated by `lockrun_table_prefix=`), TLS with the
+//! (created once under concurrent first use, waited for when another lockrun is slow creating
+//! them, relocated by `lockrun_table_prefix=`), TLS with the
 //! `mysql` client's `ssl-mode`s, a client that loses its connection mid-lease, a lease row forced
 //! out by another session, a restart ridden through, wake-ups that reach only the waiter whose
 //! turn it is, one connection per waiter, the modes of issues 15 and 16 (`--shared`,
@@ -47,6 +48,61 @@ fn concurrent_first_use_creates_the_tables_once_without_errors() {
     assert_eq!(
         server.sql(&format!("SELECT COUNT(*) FROM {DATABASE}.lockrun_names")),
         "3"
+    );
+}
+
+/// The user-level lock under which lockrun creates its tables in the tests' database (its name
+/// is `lockrun-ddl:` and the FNV-1a hash of `DATABASE.PREFIX`, in hex).
+fn ddl_lock() -> String {
+    let hash = format!("{DATABASE}.lockrun_")
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |hash, b| {
+            (hash ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+        });
+    format!("lockrun-ddl:{hash:016x}")
+}
+
+/// A first use that finds another lockrun still creating the tables (here: holding their lock
+/// for longer than a request may take) waits for it quietly and then runs: creating the tables
+/// has a budget of its own, not a request's few seconds.
+#[test]
+fn a_first_use_waits_for_a_slow_creation_of_the_tables() {
+    const HELD: Duration = Duration::from_secs(5);
+    let server = MySqlServer::start();
+    let s = Scene::new(server.url());
+    let creator = std::process::Command::new("mariadb")
+        .arg("--no-defaults")
+        .arg(format!("--socket={}", server.socket().display()))
+        .args(["-uroot", "--batch", "--skip-column-names", "-e"])
+        .arg(format!(
+            "SELECT GET_LOCK('{}', 0); SELECT SLEEP({});",
+            ddl_lock(),
+            HELD.as_secs()
+        ))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run the mariadb client");
+    assert!(
+        wait_until(SOON, || server.sql(&format!(
+            "SELECT IS_USED_LOCK('{}') IS NOT NULL",
+            ddl_lock()
+        )) == "1"),
+        "the client never took the tables' lock"
+    );
+    let started = Instant::now();
+    let out = s.run(["--name", "first", "--progress", "0", "--", "true"]);
+    let took = started.elapsed();
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    assert_eq!(text(&out.stderr), "", "a quiet wait for the tables");
+    assert!(
+        took >= HELD - Duration::from_secs(1),
+        "the run did not wait for the tables' lock ({took:?})"
+    );
+    let creator = creator.wait_with_output().expect("the mariadb client ends");
+    assert_eq!(
+        String::from_utf8_lossy(&creator.stdout).lines().next(),
+        Some("1"),
+        "the client held the tables' lock"
     );
 }
 

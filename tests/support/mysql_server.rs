@@ -124,14 +124,16 @@ impl MySqlServer {
         cmd
     }
 
+    /// The server's socket, for the `mariadb` client.
+    pub fn socket(&self) -> PathBuf {
+        self.dir.path().join("mysqld.sock")
+    }
+
     /// Runs SQL through the `mariadb` client as root, over the server's socket.
     pub fn client(&self, sql: &str) -> Output {
         Command::new("mariadb")
             .arg("--no-defaults")
-            .arg(format!(
-                "--socket={}",
-                self.dir.path().join("mysqld.sock").display()
-            ))
+            .arg(format!("--socket={}", self.socket().display()))
             .args(["-uroot", "--batch", "--skip-column-names", "-e", sql])
             .output()
             .expect("run the mariadb client")

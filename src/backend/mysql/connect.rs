@@ -9,7 +9,9 @@
 //! trusted again. Connecting counts against the request's own deadline.
 //!
 //! Every new session runs [`super::server::setup`] first. A request that finds lockrun's tables or
-//! procedures missing creates them (see [`super::schema`]) and tries once more; one interrupted by
+//! procedures missing creates them (see [`super::schema`]) and tries once more; the creation has
+//! a budget of its own ([`SCHEMA_TIMEOUT`]), as many first uses at once take their turns at it
+//! on a busy server, which a request's few seconds would not cover. A request interrupted by
 //! a wake-up aimed at this session's previous statement (`KILL QUERY` arrives a moment late) or
 //! chosen as a deadlock victim is tried again at once: every statement lockrun sends is
 //! idempotent. Messages name the endpoint as `host:port` and never carry the password.
@@ -33,6 +35,9 @@ use crate::messages::fragment;
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// Longest wait for an answer to a request that is not a renewal.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
+/// Longest wait for lockrun's tables and procedures to be created on first use (another lockrun
+/// creating them is waited for up to 10 s of it).
+const SCHEMA_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long an abandoned connection may take to say goodbye.
 const QUIT_TIMEOUT: Duration = Duration::from_secs(1);
 /// How often a request interrupted by a stray wake-up, or chosen as a deadlock victim, is retried.
@@ -180,7 +185,7 @@ impl Link {
     /// Runs `sql` on the main connection, giving up after `limit`; creates lockrun's tables first
     /// if they are missing, and tries again after a stray interruption or a deadlock.
     pub async fn query(&self, limit: Duration, sql: &str) -> Result<Reply, BackendError> {
-        self.within(limit, self.run(sql, Kind::Statement)).await
+        self.within(limit, || self.run(sql, Kind::Statement)).await
     }
 
     /// [`Link::query`] for a statement that may be sent twice (it changes nothing the second
@@ -190,20 +195,21 @@ impl Link {
         limit: Duration,
         sql: &str,
     ) -> Result<Reply, BackendError> {
-        self.within(limit, self.run(sql, Kind::Repeatable)).await
+        self.within(limit, || self.run(sql, Kind::Repeatable)).await
     }
 
     /// [`Link::query`] for statements that open a transaction of their own: a server error may
     /// leave it open, so the connection is then dropped (the server rolls back) instead of
     /// reused.
     pub async fn transaction(&self, limit: Duration, sql: &str) -> Result<Reply, BackendError> {
-        self.within(limit, self.run(sql, Kind::Transaction)).await
+        self.within(limit, || self.run(sql, Kind::Transaction))
+            .await
     }
 
     /// Runs a waiter's sleep (see [`Statements::wait`]) on the main connection; `Ok` however it
     /// ended — slept, woken (`KILL QUERY`) or not needed — and `Err` when the connection failed.
     pub async fn sleep(&self, limit: Duration, sql: &str) -> Result<(), BackendError> {
-        let sleeping = async {
+        let sleeping = || async {
             match self.run(sql, Kind::Sleep).await {
                 Err(Failure::Server(e)) if e.code == INTERRUPTED => Ok(()),
                 other => other.map(drop),
@@ -223,24 +229,58 @@ impl Link {
         }
     }
 
-    /// `work` within `limit`, its failure as a backend error.
-    async fn within<T>(
+    /// `work` within `limit`, its failure as a backend error; when it finds lockrun's tables
+    /// missing, they are created (within [`SCHEMA_TIMEOUT`]) and `work` runs once more.
+    async fn within<T, Fut>(
         &self,
         limit: Duration,
-        work: impl Future<Output = Result<T, Failure>>,
-    ) -> Result<T, BackendError> {
-        match tokio::time::timeout(limit, work).await {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(Failure::Server(e))) => Err(self.failed(&server_reason(&e))),
-            Ok(Err(Failure::Link(e))) => Err(self.failed(&self.reason(&e))),
-            Err(_) => Err(self.timed_out(limit)),
+        work: impl Fn() -> Fut,
+    ) -> Result<T, BackendError>
+    where
+        Fut: Future<Output = Result<T, Failure>>,
+    {
+        let mut created = false;
+        loop {
+            let failure = match tokio::time::timeout(limit, work()).await {
+                Ok(Ok(value)) => return Ok(value),
+                Ok(Err(Failure::Server(e))) if MISSING.contains(&e.code) && !created => {
+                    created = true;
+                    match tokio::time::timeout(SCHEMA_TIMEOUT, self.ensure_schema()).await {
+                        Ok(Ok(())) => continue,
+                        Ok(Err(failure)) => failure,
+                        Err(_) => return Err(self.timed_out(SCHEMA_TIMEOUT)),
+                    }
+                }
+                Ok(Err(failure)) => failure,
+                Err(_) => return Err(self.timed_out(limit)),
+            };
+            return Err(match failure {
+                Failure::Server(e) => self.failed(&server_reason(&e)),
+                Failure::Link(e) => self.failed(&self.reason(&e)),
+            });
         }
+    }
+
+    /// Creates lockrun's tables and procedures on the main connection.
+    async fn ensure_schema(&self) -> Result<(), Failure> {
+        let mut slot = self.main.lock().await;
+        let conn = match slot.take() {
+            Some(conn) => conn,
+            None => self.connect(&self.presence()).await?,
+        };
+        let mut lent = Lent(Some(conn));
+        crate::debug!("creating lockrun's tables in {}", self.database);
+        let created = self.create_schema(lent.conn()).await;
+        // A failed creation's connection goes, unless the server only refused.
+        if matches!(created, Ok(()) | Err(Failure::Server(_))) {
+            *slot = lent.give_back();
+        }
+        created
     }
 
     /// One request on the main connection.
     async fn run(&self, sql: &str, kind: Kind) -> Result<Reply, Failure> {
         let mut slot = self.main.lock().await;
-        let mut created = false;
         let mut retries = 0;
         loop {
             let (conn, kept) = match slot.take() {
@@ -254,28 +294,15 @@ impl Link {
                     return Ok(reply);
                 }
                 Err(mysql_async::Error::Server(e)) => {
-                    if MISSING.contains(&e.code) && !created {
-                        created = true;
-                        crate::debug!("creating lockrun's tables in {}", self.database);
-                        match self.create_schema(lent.conn()).await {
-                            Ok(()) => *slot = lent.give_back(),
-                            Err(Failure::Server(e)) => {
-                                *slot = lent.give_back();
-                                return Err(Failure::Server(e));
-                            }
-                            // `lent` is dropped: the connection goes.
-                            Err(failure) => return Err(failure),
-                        }
-                    } else {
-                        // A transaction the error left open goes with its connection.
-                        if kind != Kind::Transaction {
-                            *slot = lent.give_back();
-                        }
-                        if kind == Kind::Sleep || !RETRY.contains(&e.code) || retries >= RETRIES {
-                            return Err(Failure::Server(e));
-                        }
-                        retries += 1;
+                    // A transaction the error left open goes with its connection.
+                    if kind != Kind::Transaction {
+                        *slot = lent.give_back();
                     }
+                    // Missing tables are created by `within`, on a budget of their own.
+                    if kind == Kind::Sleep || !RETRY.contains(&e.code) || retries >= RETRIES {
+                        return Err(Failure::Server(e));
+                    }
+                    retries += 1;
                 }
                 // `lent` is dropped: the connection goes (and, for a repeatable statement on
                 // a kept connection, a fresh one is tried).
