@@ -1,5 +1,5 @@
 //! What only the `postgres://` backend has: its schema (created once under concurrent first use,
-//! chosen by `lockrun_schema=`, migrated in place from version 1, refused to a second user with
+//! waited for when another lockrun is slow creating it, chosen by `lockrun_schema=`, migrated in place from version 1, refused to a second user with
 //! the fix named), TLS, a restart ridden through, one connection per lockrun, a full server
 //! waited out, and the fenced-write example rejecting a stale holder in the database itself. Everything it shares with the other backends
 //! is in the conformance suite.
@@ -31,6 +31,51 @@ fn concurrent_first_use_creates_the_schema_once_without_errors() {
         "1"
     );
     assert_eq!(server.sql("SELECT count(*) FROM lockrun.names"), "3");
+}
+
+/// The advisory lock under which lockrun creates its schema `lockrun` (its key is the FNV-1a hash
+/// of `lockrun schema lockrun`, as a signed 64-bit number).
+fn schema_lock() -> i64 {
+    let hash = "lockrun schema lockrun"
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |hash, b| {
+            (hash ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+        });
+    i64::from_ne_bytes(hash.to_ne_bytes())
+}
+
+/// A first use that finds another lockrun still creating the schema (here: holding its lock for
+/// longer than a request may take) waits for it quietly and then runs: creating the schema has a
+/// budget of its own, not a request's few seconds.
+#[test]
+fn a_first_use_waits_for_a_slow_creation_of_the_schema() {
+    const HELD: Duration = Duration::from_secs(5);
+    let server = PgServer::start();
+    let s = Scene::new(server.url());
+    let key = schema_lock();
+    let creator = server
+        .psql_command(&format!(
+            "SELECT pg_advisory_lock({key}); SELECT pg_sleep({});",
+            HELD.as_secs()
+        ))
+        .spawn()
+        .expect("run psql");
+    let held = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted";
+    assert!(
+        wait_until(SOON, || server.sql(held) == "1"),
+        "psql never took the schema's lock"
+    );
+    let started = Instant::now();
+    let out = s.run(["--name", "first", "--progress", "0", "--", "true"]);
+    let took = started.elapsed();
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    assert_eq!(text(&out.stderr), "", "a quiet wait for the schema");
+    assert!(
+        took >= HELD - Duration::from_secs(1),
+        "the run did not wait for the schema's lock ({took:?})"
+    );
+    let creator = creator.wait_with_output().expect("psql ends");
+    assert!(creator.status.success(), "psql held the schema's lock");
 }
 
 #[test]

@@ -164,6 +164,11 @@ impl PgServer {
 
     /// Runs one SQL text through `psql` (unaligned, tuples only) as the superuser.
     pub fn psql(&self, sql: &str) -> Output {
+        self.psql_command(sql).output().expect("run psql")
+    }
+
+    /// The `psql` command that runs `sql`, to spawn.
+    pub fn psql_command(&self, sql: &str) -> Command {
         let mut cmd = Command::new(self.bin.join("psql"));
         cmd.args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1"])
             .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
@@ -172,7 +177,7 @@ impl PgServer {
         if let Some(password) = &self.password {
             cmd.env("PGPASSWORD", password);
         }
-        cmd.output().expect("run psql")
+        cmd
     }
 
     /// `psql`'s output for `sql`, trimmed; panics if it failed.

@@ -18,6 +18,8 @@ pub struct Failure {
     pub error: BackendError,
     /// The server (or the pooler) had no connection to spare.
     pub crowded: bool,
+    /// lockrun's schema is missing or out of date.
+    pub missing_schema: bool,
 }
 
 impl From<Failure> for BackendError {
@@ -32,6 +34,7 @@ impl Failure {
         Failure {
             error,
             crowded: false,
+            missing_schema: false,
         }
     }
 }

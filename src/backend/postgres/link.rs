@@ -42,6 +42,8 @@ use crate::backend::waiting::policy::owner_id;
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// Longest wait for an answer to a request that is not a renewal.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
+/// Longest wait for the schema to be created or migrated on first use.
+const SCHEMA_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Bound parameters with their types (sent with the statement: one round trip, no prepare).
 pub type Params<'a> = [(&'a (dyn ToSql + Sync), Type)];
@@ -199,13 +201,41 @@ impl Link {
         params: &Params<'_>,
         prepared: bool,
     ) -> Result<Vec<Row>, Failure> {
-        let work = async {
+        self.within(limit, || async {
             let session = self.session().await.map_err(|e| self.failed(&e))?;
             self.run(&session, sql, params, prepared).await
-        };
-        match tokio::time::timeout(limit, work).await {
-            Ok(result) => result,
-            Err(_) => Err(Failure::plain(self.timed_out(limit))),
+        })
+        .await
+    }
+
+    /// `attempt` within `limit`; when it finds the schema missing or out of date, the schema is
+    /// created (within [`SCHEMA_TIMEOUT`]: many first uses at once take their turns at it, which
+    /// a request's few seconds would not cover) and `attempt` is made once more, with a fresh
+    /// `limit`.
+    async fn within<T, Fut>(&self, limit: Duration, attempt: impl Fn() -> Fut) -> Result<T, Failure>
+    where
+        Fut: Future<Output = Result<T, Failure>>,
+    {
+        let mut created = false;
+        loop {
+            match tokio::time::timeout(limit, attempt()).await {
+                Err(_) => return Err(Failure::plain(self.timed_out(limit))),
+                Ok(Err(failure)) if failure.missing_schema && !created => {
+                    created = true;
+                    let creation = async {
+                        let session = self.session().await.map_err(|e| self.failed(&e))?;
+                        self.create_schema(&session)
+                            .await
+                            .map_err(|e| self.failed(&e))
+                    };
+                    match tokio::time::timeout(SCHEMA_TIMEOUT, creation).await {
+                        Err(_) => return Err(Failure::plain(self.timed_out(SCHEMA_TIMEOUT))),
+                        Ok(Err(failure)) => return Err(failure),
+                        Ok(Ok(())) => {}
+                    }
+                }
+                Ok(result) => return result,
+            }
         }
     }
 
@@ -222,7 +252,7 @@ impl Link {
             None => ("", None, None),
         };
         let cookie = self.cookie.as_str();
-        let work = async {
+        let work = || async {
             let session = self.session().await.map_err(|e| self.failed(&e))?;
             // Before LISTEN, so that nothing heard after it is missed.
             let heard = session.inbox.subscribe(channel);
@@ -255,10 +285,7 @@ impl Link {
             };
             Ok((subscribed, holds))
         };
-        match tokio::time::timeout(REQUEST_TIMEOUT, work).await {
-            Ok(result) => result,
-            Err(_) => Err(Failure::plain(self.timed_out(REQUEST_TIMEOUT))),
-        }
+        self.within(REQUEST_TIMEOUT, work).await
     }
 
     /// An answer of an unexpected shape to `what`.
@@ -269,7 +296,7 @@ impl Link {
         })
     }
 
-    /// Runs `sql` on `session`, creating or migrating the schema once if it is missing.
+    /// Runs `sql` on `session` (a missing schema is created by [`Link::within`]).
     async fn run(
         &self,
         session: &Arc<Session>,
@@ -277,25 +304,6 @@ impl Link {
         params: &Params<'_>,
         prepared: bool,
     ) -> Result<Vec<Row>, Failure> {
-        let result = match self.run_once(session, sql, params, prepared).await {
-            Err(e) if is_missing_schema(&e) => {
-                self.create_schema(session)
-                    .await
-                    .map_err(|e| self.failed(&e))?;
-                self.run_once(session, sql, params, prepared).await
-            }
-            other => other,
-        };
-        result.map_err(|e| self.failed(&e))
-    }
-
-    async fn run_once(
-        &self,
-        session: &Arc<Session>,
-        sql: &str,
-        params: &Params<'_>,
-        prepared: bool,
-    ) -> Result<Vec<Row>, tokio_postgres::Error> {
         let mut guard = DiscardUnlessDone {
             link: self,
             session,
@@ -308,7 +316,7 @@ impl Link {
         guard.done = result
             .as_ref()
             .map_or_else(|e| e.as_db_error().is_some(), |_| true);
-        result
+        result.map_err(|e| self.failed(&e))
     }
 
     /// Creates or migrates the schema, its tables and its functions, unless another lockrun
@@ -374,6 +382,7 @@ impl Link {
                 reason: self.reason(e),
             },
             crowded: failure::crowded(e),
+            missing_schema: is_missing_schema(e),
         }
     }
 

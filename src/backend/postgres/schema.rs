@@ -72,8 +72,11 @@ impl Statements {
     pub fn new(schema: &str) -> Self {
         let s = format!("\"{schema}\"");
         Statements {
+            // The session's short lock and statement limits would cut off a wait for another
+            // lockrun creating the schema; within this transaction they are longer.
             lock_schema: format!(
-                "BEGIN; SELECT pg_advisory_xact_lock({})",
+                "BEGIN; SET LOCAL lock_timeout = '20s'; SET LOCAL statement_timeout = '25s'; \
+                 SELECT pg_advisory_xact_lock({})",
                 advisory_key(schema)
             ),
             // A query of the catalog, read with the statement's own snapshot: to_regprocedure()
