@@ -527,6 +527,10 @@ def dying(pid: str, stat: list[str]) -> bool:
     return False
 
 
+# How long after a lockrun was killed its command's tree may live on: the watchdog's sweep.
+WATCHDOG_GRACE = 2.0
+
+
 def group_survivors(pgid: int | None, marker: str) -> list[dict]:
     """Alive, not dying processes in group pgid (or, when the pgid is unknown, whose command line
     carries `marker`, the run id the section gets as an argument)."""
@@ -667,6 +671,13 @@ class Soak:
                 if len(parts) >= 4 and parts[0] == "S" and parts[1] == run:
                     pgid = int(parts[3]) if parts[3].isdigit() else None
             survivors = group_survivors(pgid, run)
+            if code >= 128:
+                # A lockrun killed by a signal leaves its command's tree to the watchdog, which
+                # stops it a moment later (invariant 8): give it that moment.
+                deadline = time.monotonic() + WATCHDOG_GRACE
+                while survivors and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                    survivors = group_survivors(pgid, run)
             with self.lock:
                 self.runs.write(json.dumps({
                     "run": run, "worker": w, "pid": pid, "spawn": spawned, "exit": exited,

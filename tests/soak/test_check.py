@@ -137,8 +137,8 @@ class SoakCheckTest(unittest.TestCase):
 
     def test_clean_log_with_expected_chaos_passes(self) -> None:
         # A paused holder (stopped past its lease) overlaps the next holder and carries a
-        # lower token; its stale write is rejected. A SIGKILLed lockrun leaves an orphaned
-        # grandchild. None of that breaks a promise.
+        # lower token; its stale write is rejected. A lockrun is SIGKILLed and its watchdog
+        # stops the command's tree. None of that breaks a promise.
         log = Log()
         log.section("w0.1", token=10, start=T)
         log.section("w1.1", token=11, start=T + 100_000, length=400_000, complete=False,
@@ -147,8 +147,7 @@ class SoakCheckTest(unittest.TestCase):
         log.section("w2.1", token=12, start=T + 300_000)
         log.op("W", "w1.1", 11, T + 450_000, new=99)  # the stale write: rejected
         log.sections.append(f"E w1.1 11 {stamp(T + 100_000)} {stamp(T + 460_000)} 1 99 REJ")
-        log.section("w3.1", token=13, start=T + 600_000, status=137,
-                    leftover=[{"pid": 5, "comm": "sleep", "state": "S", "child": False}])
+        log.section("w3.1", token=13, start=T + 600_000, status=137)
         log.fault("kill-lockrun", "w3.1", t=T + 610_000)
         log.fault_kinds = ["kill-lockrun", "pause-holder"]
         rep = self.check(log)
@@ -323,6 +322,13 @@ class SoakCheckTest(unittest.TestCase):
         log = clean_log()
         log.section("w0.9", token=30, start=T + 900_000, status=137, pid=4242,
                     leftover=[{"pid": 4242, "comm": "bash", "state": "S", "child": True}])
+        log.fault("kill-lockrun", "w0.9", t=T + 910_000)
+        self.assertViolation(self.check(log), "leftover-process")
+
+    def test_grandchild_outliving_a_killed_lockrun(self) -> None:
+        log = clean_log()
+        log.section("w0.9", token=30, start=T + 900_000, status=137, pid=4242,
+                    leftover=[{"pid": 4243, "comm": "sleep", "state": "S", "child": False}])
         log.fault("kill-lockrun", "w0.9", t=T + 910_000)
         self.assertViolation(self.check(log), "leftover-process")
 
