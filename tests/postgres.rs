@@ -10,8 +10,8 @@ use nix::sys::signal::Signal;
 
 use crate::support::asserts::{assert_hidden, assert_one_line, assert_said};
 use crate::support::backend_scenarios::{
-    assert_a_brief_restart_is_ridden_through, assert_a_turned_away_waiter_gets_in,
-    run_six_first_uses_at_once,
+    assert_a_brief_restart_is_ridden_through, assert_a_first_use_waits_for_a_slow_creator,
+    assert_a_turned_away_waiter_gets_in, run_six_first_uses_at_once,
 };
 use crate::support::fixture::{Fixture, Reachable};
 use crate::support::holder::Holder;
@@ -65,17 +65,7 @@ fn a_first_use_waits_for_a_slow_creation_of_the_schema() {
         wait_until(SOON, || server.sql(held) == "1"),
         "psql never took the schema's lock"
     );
-    let started = Instant::now();
-    let out = s.run(["--name", "first", "--progress", "0", "--", "true"]);
-    let took = started.elapsed();
-    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
-    assert_eq!(text(&out.stderr), "", "a quiet wait for the schema");
-    assert!(
-        took >= HELD - Duration::from_secs(1),
-        "the run did not wait for the schema's lock ({took:?})"
-    );
-    let creator = creator.wait_with_output().expect("psql ends");
-    assert!(creator.status.success(), "psql held the schema's lock");
+    assert_a_first_use_waits_for_a_slow_creator(&s, creator, HELD);
 }
 
 #[test]

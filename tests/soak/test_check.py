@@ -318,19 +318,14 @@ class SoakCheckTest(unittest.TestCase):
                     leftover=[{"pid": 4242, "comm": "sleep", "state": "S", "child": False}])
         self.assertViolation(self.check(log), "leftover-process")
 
-    def test_child_outliving_a_killed_lockrun(self) -> None:
-        log = clean_log()
-        log.section("w0.9", token=30, start=T + 900_000, status=137, pid=4242,
-                    leftover=[{"pid": 4242, "comm": "bash", "state": "S", "child": True}])
-        log.fault("kill-lockrun", "w0.9", t=T + 910_000)
-        self.assertViolation(self.check(log), "leftover-process")
-
-    def test_grandchild_outliving_a_killed_lockrun(self) -> None:
-        log = clean_log()
-        log.section("w0.9", token=30, start=T + 900_000, status=137, pid=4242,
-                    leftover=[{"pid": 4243, "comm": "sleep", "state": "S", "child": False}])
-        log.fault("kill-lockrun", "w0.9", t=T + 910_000)
-        self.assertViolation(self.check(log), "leftover-process")
+    def test_tree_outliving_a_killed_lockrun(self) -> None:
+        for pid, child in [(4242, True), (4243, False)]:
+            with self.subTest(child=child):
+                log = clean_log()
+                log.section("w0.9", token=30, start=T + 900_000, status=137, pid=4242,
+                            leftover=[{"pid": pid, "comm": "sh", "state": "S", "child": child}])
+                log.fault("kill-lockrun", "w0.9", t=T + 910_000)
+                self.assertViolation(self.check(log), "leftover-process")
 
     def test_child_not_in_its_own_group(self) -> None:
         log = clean_log()

@@ -3,7 +3,7 @@
 //! through, a waiter that the server (or a pooler in front of it) turns away, let in once the
 //! holder is gone, and readers and a writer queued among them, step by step. What every backend runs alike is in the conformance suite instead.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -125,4 +125,28 @@ pub fn assert_readers_share_and_a_waiting_writer_goes_first(url: &str, ttl: &str
         "{reader_tokens:?} {w} {l}"
     );
     held
+}
+
+/// A first use while `creator`, a client that has taken the lock under which lockrun creates its
+/// tables, keeps it for `held`: the run waits for it quietly and then runs (creating the tables
+/// has a budget of its own, not a request's few seconds).
+pub fn assert_a_first_use_waits_for_a_slow_creator(
+    s: &Scene,
+    creator: std::process::Child,
+    held: Duration,
+) {
+    let started = Instant::now();
+    let out = s.run(["--name", "first", "--progress", "0", "--", "true"]);
+    let took = started.elapsed();
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    assert_eq!(text(&out.stderr), "", "a quiet wait for the tables");
+    assert!(
+        took >= held - Duration::from_secs(1),
+        "the run did not wait for the tables' lock ({took:?})"
+    );
+    let creator = creator.wait_with_output().expect("the client ends");
+    assert!(
+        creator.status.success(),
+        "the client holding the tables' lock failed"
+    );
 }
