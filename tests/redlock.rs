@@ -258,7 +258,7 @@ fn a_clean_exit_leaves_no_hold_on_any_master<const N: usize>() {
 }
 
 /// Master 0's wall clock stepped through libfaketime: an hour ahead, its token proposals jump (the
-/// token follows the largest of the quorum, and master 0 is always in it: the others answer 30 ms
+/// token follows the largest of the quorum, and master 0 is always in it: the others answer 80 ms
 /// late); back to true time (restarted empty, too) and an hour behind, the token written back on a
 /// quorum keeps tokens rising. And a step of an hour ahead under a holder expires its hold on that
 /// master at once: nobody else gets in, and the holder runs on.
@@ -273,7 +273,8 @@ fn one_masters_clock_stepped_forward_and_back_keeps_tokens_rising_and_one_holder
         |offset: &str| std::fs::write(offsets.path().join("0"), format!("{offset}\n")).unwrap();
     let (proxies, via) = fx.proxied_each();
     for proxy in &proxies[1..] {
-        proxy.set_delay(Direction::ToClient, Duration::from_millis(30));
+        // Long enough that master 0 answers first even on a loaded machine (30 ms was not).
+        proxy.set_delay(Direction::ToClient, Duration::from_millis(80));
     }
     let s = Scene::new(&via);
     let hour_us = 3_600_000_000u64;
