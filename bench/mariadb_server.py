@@ -46,8 +46,12 @@ class MariaDB:
         self.proc: subprocess.Popen | None = None
         self.flush = "1" if durable else "2"
         root = ["--user=root"] if os.geteuid() == 0 else []
+        # A tmpdir of its own: a starting server deletes every `#sql*` file in its tmpdir, which
+        # in a shared /tmp would be another running server's temporary tables.
+        (self.dir / "tmp").mkdir(exist_ok=True)
         init = subprocess.run(
             ["mariadb-install-db", "--no-defaults", f"--datadir={self.dir / 'data'}",
+             f"--tmpdir={self.dir / 'tmp'}",
              "--auth-root-authentication-method=normal", "--skip-test-db", "--skip-log-bin",
              *SMALL, *root],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -71,7 +75,7 @@ class MariaDB:
         root = ["--user=root"] if os.geteuid() == 0 else []
         self.proc = subprocess.Popen(
             [mariadbd(), "--no-defaults", f"--datadir={self.dir / 'data'}",
-             f"--socket={self.dir / 'mysqld.sock'}", f"--pid-file={self.dir / 'mysqld.pid'}",
+             f"--tmpdir={self.dir / 'tmp'}", f"--socket={self.dir / 'mysqld.sock'}", f"--pid-file={self.dir / 'mysqld.pid'}",
              f"--log-error={self.dir / 'mysqld.log'}", f"--port={self.port}",
              "--bind-address=127.0.0.1", "--skip-log-bin", *SMALL,
              f"--innodb-flush-log-at-trx-commit={self.flush}",

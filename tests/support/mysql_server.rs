@@ -86,9 +86,15 @@ impl MySqlServer {
     /// The `mariadbd` command for a server on `self.port`.
     fn command(&self) -> Command {
         let root = self.dir.path();
+        // A temporary directory of its own: a server that starts deletes every `#sql*` file in
+        // its tmpdir, and with a shared /tmp that would be another running server's temporary
+        // tables ("Error on delete of '/tmp/#sql-temptable-…'").
+        let tmp = root.join("tmp");
+        std::fs::create_dir_all(&tmp).expect("create the server's tmpdir");
         let mut cmd = Command::new(mariadbd());
         cmd.arg("--no-defaults")
             .arg(format!("--datadir={}", root.join("data").display()))
+            .arg(format!("--tmpdir={}", tmp.display()))
             .arg(format!("--socket={}", root.join("mysqld.sock").display()))
             .arg(format!("--pid-file={}", root.join("mysqld.pid").display()))
             .arg(format!("--log-error={}", self.log_file().display()))
@@ -267,9 +273,12 @@ fn template() -> &'static Path {
         }
         let building = tempfile::tempdir_in(&root).expect("temp dir for the template");
         let data = building.path().join("data");
+        let tmp = building.path().join("tmp");
+        std::fs::create_dir_all(&tmp).expect("create the template's tmpdir");
         let mut cmd = Command::new("mariadb-install-db");
         cmd.arg("--no-defaults")
             .arg(format!("--datadir={}", data.display()))
+            .arg(format!("--tmpdir={}", tmp.display()))
             .args(["--auth-root-authentication-method=normal", "--skip-test-db"])
             .args(SMALL);
         if nix::unistd::geteuid().is_root() {
