@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import ctypes
 import json
 import math
 import os
@@ -250,6 +251,19 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def remove_postgres_shm(data: Path) -> None:
+    """Removes the System V shared memory segment that a killed postmaster leaves behind (named on
+    the seventh line of the cluster's postmaster.pid: key and id). The kernel allows only 4,096
+    (kernel.shmmni); leaked ones pile up over runs until no cluster can start."""
+    try:
+        line = (data / "postmaster.pid").read_text().splitlines()[6]
+        shmid = int(line.split()[1])
+    except (OSError, IndexError, ValueError):
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.shmctl(ctypes.c_int(shmid), ctypes.c_int(0), None)  # 0 = IPC_RMID
 
 
 def postgres_user(*owned: Path) -> str | None:

@@ -78,7 +78,7 @@ class Server:
         self.bin = bin_dir()
         self.port = benchlib.free_port()
         self.user = benchlib.postgres_user(tmp)
-        data = tmp / "data"
+        data = self.data = tmp / "data"
         init = subprocess.run(
             [str(self.bin / "initdb"), "-D", str(data), "-U", "postgres", "-A", "trust",
              "-E", "UTF8", "--no-sync"],
@@ -125,6 +125,7 @@ class Server:
             except ProcessLookupError:
                 pass
         self.proc.wait()
+        benchlib.remove_postgres_shm(self.data)
 
 
 # ------------------------------------------------------------------------------------------------

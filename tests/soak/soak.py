@@ -401,6 +401,9 @@ class PostgresBackend(Backend):
                                str(self.port)], env=benchlib.ENV).returncode == 0
 
     def start(self) -> None:
+        # The killed server's System V segment goes (see benchlib.remove_postgres_shm) before
+        # its postmaster.pid, which names it.
+        benchlib.remove_postgres_shm(self.dir / "data")
         (self.dir / "data" / "postmaster.pid").unlink(missing_ok=True)
         self.launch(
             [str(self.bin / "postgres"), "-D", str(self.dir / "data"), "-p", str(self.port),
@@ -411,6 +414,10 @@ class PostgresBackend(Backend):
              "-c", "dynamic_shared_memory_type=mmap"],
             self.ready, f"postgres on port {self.port}",
             user=self.user, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def stop(self) -> None:
+        super().stop()
+        benchlib.remove_postgres_shm(self.dir / "data")
 
 
 class MySqlBackend(Backend):

@@ -3,7 +3,7 @@
 //! so (polled, never a fixed sleep), killed on drop. It can be killed (SIGKILL to the postmaster
 //! and to every process it started — backends lead process groups of their own — so none lingers
 //! on the shared memory) and restarted on the same port with the same data, and paused with
-//! SIGSTOP. When the tests run as root, the server runs as the `postgres`
+//! SIGSTOP. Its System V shared memory segment goes with it. When the tests run as root, the server runs as the `postgres`
 //! user (or `nobody`), since PostgreSQL refuses to run as root.
 //!
 //! The token counter lives in a table that a crash keeps, so a wiping restart is a plain one.
@@ -33,6 +33,34 @@ pub struct PgServer {
     dir: tempfile::TempDir,
     bin: PathBuf,
     owner: ServerUser,
+}
+
+impl Drop for PgServer {
+    /// Kills the server, then removes the System V shared memory segment that a killed postmaster
+    /// leaves behind: the kernel allows 4,096 of them (`kernel.shmmni`), and a few hundred test
+    /// runs had used them all up, after which no cluster could start ("could not create shared
+    /// memory segment: No space left on device").
+    fn drop(&mut self) {
+        drop(self.process.take());
+        remove_shared_memory(&self.dir.path().join("data"));
+    }
+}
+
+/// Removes the System V shared memory segment a cluster's `postmaster.pid` names (its seventh
+/// line holds the segment's key and id), if any.
+fn remove_shared_memory(data: &std::path::Path) {
+    let Ok(pid_file) = std::fs::read_to_string(data.join("postmaster.pid")) else {
+        return;
+    };
+    let id = pid_file
+        .lines()
+        .nth(6)
+        .and_then(|line| line.split_whitespace().nth(1))
+        .and_then(|id| id.parse::<libc::c_int>().ok());
+    if let Some(id) = id {
+        // SAFETY: IPC_RMID takes no buffer; the segment is this test's own cluster's.
+        unsafe { libc::shmctl(id, libc::IPC_RMID, std::ptr::null_mut()) };
+    }
 }
 
 impl PgServer {
