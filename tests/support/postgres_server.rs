@@ -3,8 +3,8 @@
 //! so (polled, never a fixed sleep), killed on drop. It can be killed (SIGKILL to the postmaster
 //! and to every process it started — backends lead process groups of their own — so none lingers
 //! on the shared memory) and restarted on the same port with the same data, and paused with
-//! SIGSTOP. Its System V shared memory segment goes with it. When the tests run as root, the server runs as the `postgres`
-//! user (or `nobody`), since PostgreSQL refuses to run as root.
+//! SIGSTOP. Its System V shared memory segment goes with it. When the tests run as root, the
+//! server runs as the `postgres` user (or `nobody`), since PostgreSQL refuses to run as root.
 //!
 //! The token counter lives in a table that a crash keeps, so a wiping restart is a plain one.
 
