@@ -49,7 +49,7 @@ fn schema_lock() -> i64 {
 /// budget of its own, not a request's few seconds.
 #[test]
 fn a_first_use_waits_for_a_slow_creation_of_the_schema() {
-    const HELD: Duration = Duration::from_secs(5);
+    const HELD: Duration = Duration::from_secs(7);
     let server = PgServer::start();
     let s = Scene::new(server.url());
     let key = schema_lock();

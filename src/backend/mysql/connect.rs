@@ -36,8 +36,12 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// Longest wait for an answer to a request that is not a renewal.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
 /// Longest wait for lockrun's tables and procedures to be created on first use (another lockrun
-/// creating them is waited for up to 10 s of it).
+/// creating them is waited for up to [`DDL_LOCK_WAIT`] of it).
 const SCHEMA_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a first use waits for another lockrun that is creating the tables.
+const DDL_LOCK_WAIT: Duration = Duration::from_secs(20);
+/// One `GET_LOCK` wait for that: shorter than the session's statement limit.
+const DDL_LOCK_STEP: Duration = Duration::from_secs(3);
 /// How long an abandoned connection may take to say goodbye.
 const QUIT_TIMEOUT: Duration = Duration::from_secs(1);
 /// How often a request interrupted by a stray wake-up, or chosen as a deadlock victim, is retried.
@@ -356,15 +360,27 @@ impl Link {
             "lockrun-ddl:{:016x}",
             fnv1a(format!("{}.{}", self.database, self.prefix).as_bytes())
         ));
-        let got: Option<i64> = conn
-            .query_first(format!("SELECT GET_LOCK({lock}, 10)"))
-            .await?;
-        if got != Some(1) {
-            return Err(Failure::Server(ServerError {
-                code: 0,
-                message: "another lockrun took too long creating lockrun's tables".into(),
-                state: String::new(),
-            }));
+        // Waited for in steps shorter than the session's statement limit (5 s), which would
+        // otherwise cut the wait short (GET_LOCK then answers NULL).
+        let waiting_since = std::time::Instant::now();
+        loop {
+            let got: Option<Option<i64>> = conn
+                .query_first(format!(
+                    "SELECT GET_LOCK({lock}, {})",
+                    DDL_LOCK_STEP.as_secs()
+                ))
+                .await?;
+            match got.flatten() {
+                Some(1) => break,
+                Some(0) if waiting_since.elapsed() < DDL_LOCK_WAIT => {}
+                _ => {
+                    return Err(Failure::Server(ServerError {
+                        code: 0,
+                        message: "another lockrun took too long creating lockrun's tables".into(),
+                        state: String::new(),
+                    }));
+                }
+            }
         }
         let result = async {
             let wanted: Vec<String> = schema::procedures(&self.prefix)

@@ -71,8 +71,9 @@ impl MySqlLease {
             .link
             .sql()
             .listen(&self.name, &self.owner, LISTEN_SLEEP);
-        match conn.query_first::<i64, _>(sql).await {
-            Ok(Some(0)) => Ok(false),
+        // `Option<i64>`: a NULL answer is an answer, not a reason to panic.
+        match conn.query_first::<Option<i64>, _>(sql).await {
+            Ok(Some(Some(0))) => Ok(false),
             Ok(_) => Ok(true),
             Err(mysql_async::Error::Server(e)) if e.code == INTERRUPTED => Ok(true),
             Err(e) => Err(e),
