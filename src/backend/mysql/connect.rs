@@ -9,9 +9,8 @@
 //! trusted again. Connecting counts against the request's own deadline.
 //!
 //! Every new session runs [`super::server::setup`] first. A request that finds lockrun's tables or
-//! procedures missing creates them (see [`super::schema`]) and tries once more; the creation has
-//! a budget of its own ([`SCHEMA_TIMEOUT`]), as many first uses at once take their turns at it
-//! on a busy server, which a request's few seconds would not cover. A request interrupted by
+//! procedures missing creates them (see [`super::schema`]) on a budget of its own and tries once
+//! more (the rule of [`first_use`]). A request interrupted by
 //! a wake-up aimed at this session's previous statement (`KILL QUERY` arrives a moment late) or
 //! chosen as a deadlock victim is tried again at once: every statement lockrun sends is
 //! idempotent. Messages name the endpoint as `host:port` and never carry the password.
@@ -27,6 +26,7 @@ use super::settings::Settings;
 use super::sql::{self, Statements};
 use super::{schema, tls};
 use crate::backend::BackendError;
+use crate::backend::first_use;
 use crate::backend::sql_names::fnv1a;
 use crate::backend::waiting::policy::owner_id;
 use crate::messages::fragment;
@@ -35,10 +35,8 @@ use crate::messages::fragment;
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// Longest wait for an answer to a request that is not a renewal.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
-/// Longest wait for lockrun's tables and procedures to be created on first use (another lockrun
-/// creating them is waited for up to [`DDL_LOCK_WAIT`] of it).
-const SCHEMA_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long a first use waits for another lockrun that is creating the tables.
+/// How long a first use waits for another lockrun that is creating the tables (within
+/// [`first_use::CREATE_LIMIT`]).
 const DDL_LOCK_WAIT: Duration = Duration::from_secs(20);
 /// One `GET_LOCK` wait for that: shorter than the session's statement limit.
 const DDL_LOCK_STEP: Duration = Duration::from_secs(3);
@@ -233,8 +231,8 @@ impl Link {
         }
     }
 
-    /// `work` within `limit`, its failure as a backend error; when it finds lockrun's tables
-    /// missing, they are created (within [`SCHEMA_TIMEOUT`]) and `work` runs once more.
+    /// `work` within `limit`, its failure as a backend error; lockrun's tables are created first
+    /// when it finds them missing (see [`first_use`]).
     async fn within<T, Fut>(
         &self,
         limit: Duration,
@@ -243,25 +241,12 @@ impl Link {
     where
         Fut: Future<Output = Result<T, Failure>>,
     {
-        let mut created = false;
-        loop {
-            let failure = match tokio::time::timeout(limit, work()).await {
-                Ok(Ok(value)) => return Ok(value),
-                Ok(Err(Failure::Server(e))) if MISSING.contains(&e.code) && !created => {
-                    created = true;
-                    match tokio::time::timeout(SCHEMA_TIMEOUT, self.ensure_schema()).await {
-                        Ok(Ok(())) => continue,
-                        Ok(Err(failure)) => failure,
-                        Err(_) => return Err(self.timed_out(SCHEMA_TIMEOUT)),
-                    }
-                }
-                Ok(Err(failure)) => failure,
-                Err(_) => return Err(self.timed_out(limit)),
-            };
-            return Err(match failure {
-                Failure::Server(e) => self.failed(&server_reason(&e)),
-                Failure::Link(e) => self.failed(&self.reason(&e)),
-            });
+        let missing = |f: &Failure| matches!(f, Failure::Server(e) if MISSING.contains(&e.code));
+        match first_use::creating_if_missing(limit, work, missing, || self.ensure_schema()).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(Failure::Server(e))) => Err(self.failed(&server_reason(&e))),
+            Ok(Err(Failure::Link(e))) => Err(self.failed(&self.reason(&e))),
+            Err(ran_out) => Err(self.timed_out(ran_out)),
         }
     }
 

@@ -35,6 +35,7 @@ use super::session::{Heard, Session};
 use super::settings::{Settings, Tls};
 use super::tls;
 use crate::backend::BackendError;
+use crate::backend::first_use;
 use crate::backend::repeat::once_more_if_dropped;
 use crate::backend::waiting::policy::owner_id;
 
@@ -42,8 +43,6 @@ use crate::backend::waiting::policy::owner_id;
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// Longest wait for an answer to a request that is not a renewal.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
-/// Longest wait for the schema to be created or migrated on first use.
-const SCHEMA_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Bound parameters with their types (sent with the statement: one round trip, no prepare).
 pub type Params<'a> = [(&'a (dyn ToSql + Sync), Type)];
@@ -208,35 +207,21 @@ impl Link {
         .await
     }
 
-    /// `attempt` within `limit`; when it finds the schema missing or out of date, the schema is
-    /// created (within [`SCHEMA_TIMEOUT`]: many first uses at once take their turns at it, which
-    /// a request's few seconds would not cover) and `attempt` is made once more, with a fresh
-    /// `limit`.
+    /// `attempt` within `limit`; the schema is created or migrated first when it finds it
+    /// missing or out of date (see [`first_use`]).
     async fn within<T, Fut>(&self, limit: Duration, attempt: impl Fn() -> Fut) -> Result<T, Failure>
     where
         Fut: Future<Output = Result<T, Failure>>,
     {
-        let mut created = false;
-        loop {
-            match tokio::time::timeout(limit, attempt()).await {
-                Err(_) => return Err(Failure::plain(self.timed_out(limit))),
-                Ok(Err(failure)) if failure.missing_schema && !created => {
-                    created = true;
-                    let creation = async {
-                        let session = self.session().await.map_err(|e| self.failed(&e))?;
-                        self.create_schema(&session)
-                            .await
-                            .map_err(|e| self.failed(&e))
-                    };
-                    match tokio::time::timeout(SCHEMA_TIMEOUT, creation).await {
-                        Err(_) => return Err(Failure::plain(self.timed_out(SCHEMA_TIMEOUT))),
-                        Ok(Err(failure)) => return Err(failure),
-                        Ok(Ok(())) => {}
-                    }
-                }
-                Ok(result) => return result,
-            }
-        }
+        let create = || async {
+            let session = self.session().await.map_err(|e| self.failed(&e))?;
+            self.create_schema(&session)
+                .await
+                .map_err(|e| self.failed(&e))
+        };
+        first_use::creating_if_missing(limit, attempt, |f: &Failure| f.missing_schema, create)
+            .await
+            .unwrap_or_else(|ran_out| Err(Failure::plain(self.timed_out(ran_out))))
     }
 
     /// Subscribes to `channel` on the current connection (LISTEN), unless it goes through a
