@@ -12,6 +12,7 @@ mod api;
 mod dynamodb;
 mod etcd;
 mod file;
+mod first_contact;
 mod first_use;
 mod inspect;
 mod mysql;

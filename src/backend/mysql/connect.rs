@@ -26,6 +26,7 @@ use super::settings::Settings;
 use super::sql::{self, Statements};
 use super::{schema, tls};
 use crate::backend::BackendError;
+use crate::backend::first_contact::{self, Refusal};
 use crate::backend::first_use;
 use crate::backend::sql_names::fnv1a;
 use crate::backend::waiting::policy::owner_id;
@@ -146,22 +147,17 @@ impl Link {
             bell: owner_id()?,
             main: tokio::sync::Mutex::new(None),
         };
-        let first = tokio::time::timeout(CONNECT_TIMEOUT, link.connect(&link.presence())).await;
-        match first {
-            Ok(Ok(conn)) => {
-                *link.main.lock().await = Some(conn);
-                Ok(link)
-            }
-            Ok(Err(Failure::Server(e))) => Err(link.failed(&server_reason(&e))),
-            Ok(Err(Failure::Link(e))) => Err(BackendError::Unreachable {
-                endpoint: link.endpoint.clone(),
-                reason: link.reason(&e),
-            }),
-            Err(_) => Err(BackendError::no_connection_within(
-                &link.endpoint,
-                CONNECT_TIMEOUT,
-            )),
-        }
+        let first = async {
+            link.connect(&link.presence())
+                .await
+                .map_err(|failure| match failure {
+                    Failure::Server(e) => Refusal::Server(link.failed(&server_reason(&e))),
+                    Failure::Link(e) => Refusal::Link(link.reason(&e)),
+                })
+        };
+        let conn = first_contact::within(&link.endpoint, CONNECT_TIMEOUT, first).await?;
+        *link.main.lock().await = Some(conn);
+        Ok(link)
     }
 
     /// `host:port`, for messages.

@@ -35,6 +35,7 @@ use super::session::{Heard, Session};
 use super::settings::{Settings, Tls};
 use super::tls;
 use crate::backend::BackendError;
+use crate::backend::first_contact::{self, Refusal};
 use crate::backend::first_use;
 use crate::backend::repeat::once_more_if_dropped;
 use crate::backend::waiting::policy::owner_id;
@@ -98,26 +99,23 @@ impl Link {
             direct: AtomicBool::new(false),
             connecting: tokio::sync::Mutex::new(()),
         };
-        match tokio::time::timeout(CONNECT_TIMEOUT, link.session()).await {
-            Ok(Ok(_)) => Ok(link),
-            Ok(Err(e)) if failure::crowded(&e) => {
-                crate::info!(
-                    "{}: {}; trying again when acquiring",
-                    link.endpoint(),
-                    link.reason(&e)
-                );
-                Ok(link)
+        let first = async {
+            match link.session().await {
+                Ok(_) => Ok(()),
+                Err(e) if failure::crowded(&e) => {
+                    crate::info!(
+                        "{}: {}; trying again when acquiring",
+                        link.endpoint(),
+                        link.reason(&e)
+                    );
+                    Ok(())
+                }
+                Err(e) if e.as_db_error().is_some() => Err(Refusal::Server(link.failed(&e).error)),
+                Err(e) => Err(Refusal::Link(link.reason(&e))),
             }
-            Ok(Err(e)) if e.as_db_error().is_some() => Err(link.failed(&e).error),
-            Ok(Err(e)) => Err(BackendError::Unreachable {
-                endpoint: link.endpoint().to_owned(),
-                reason: link.reason(&e),
-            }),
-            Err(_) => Err(BackendError::no_connection_within(
-                link.endpoint(),
-                CONNECT_TIMEOUT,
-            )),
-        }
+        };
+        first_contact::within(link.endpoint(), CONNECT_TIMEOUT, first).await?;
+        Ok(link)
     }
 
     /// `host:port`, for messages.

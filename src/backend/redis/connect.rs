@@ -22,6 +22,7 @@ use redis::{RedisError, RedisResult, ScriptInvocation};
 
 use super::settings::Settings;
 use crate::backend::BackendError;
+use crate::backend::first_contact::{self, Refusal};
 use crate::backend::repeat::once_more_if_dropped;
 use crate::messages::fragment;
 
@@ -121,25 +122,20 @@ impl Link {
             let mut connection = self.connection().await?;
             redis::cmd("PING").query_async::<()>(&mut connection).await
         };
+        let first = async {
+            ping.await.map_err(|e| match is_server_reply(&e) {
+                true => Refusal::Server(self.failed(&e)),
+                false => Refusal::Link(self.reason(&e)),
+            })
+        };
         // A connection that did not answer is not kept for the next request.
         let mut discard = DiscardUnlessDone {
             link: self,
             done: false,
         };
-        let result = tokio::time::timeout(CONNECT_TIMEOUT, ping).await;
-        discard.done = matches!(&result, Ok(Ok(())));
-        match result {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) if is_server_reply(&e) => Err(self.failed(&e)),
-            Ok(Err(e)) => Err(BackendError::Unreachable {
-                endpoint: self.endpoint.clone(),
-                reason: self.reason(&e),
-            }),
-            Err(_) => Err(BackendError::no_connection_within(
-                &self.endpoint,
-                CONNECT_TIMEOUT,
-            )),
-        }
+        let result = first_contact::within(&self.endpoint, CONNECT_TIMEOUT, first).await;
+        discard.done = result.is_ok();
+        result
     }
 
     /// `host:port`, for messages.
