@@ -19,13 +19,22 @@ use super::failure::Failure;
 use super::lease::PostgresLease;
 use super::link::{Link, REQUEST_TIMEOUT};
 use super::looker::Looker;
-use super::pace::{Pace, Standing, View, Waiter};
+use super::pace::{View, ViewColumns, Waiter};
 use super::settings::Settings;
 use super::{pgpass, schema};
 use crate::backend::waiting::line::{Attempt, Doorbell, Line, Taken, Ticket};
 use crate::backend::waiting::networked::Networked;
 use crate::backend::{Backend, BackendError, HolderInfo, Inspect, Lease, Mode, Settings as _};
 use crate::clock::BootInstant;
+
+/// Where `acquire_v2`'s answer carries the waiter's view of the line.
+const ACQUIRE_VIEW: ViewColumns = ViewColumns {
+    epoch: 7,
+    ahead: 5,
+    distance: 6,
+    handoff: 8,
+    since_release: 9,
+};
 
 /// Connects to the server `settings` name, with the password file's password when neither the
 /// URL nor the environment gave one.
@@ -161,21 +170,8 @@ impl Postgres {
         }
         let soonest: Option<i64> = row.try_get(3).map_err(get_err)?;
         let next: Option<bool> = row.try_get(4).map_err(get_err)?;
-        let ahead: Option<i32> = row.try_get(5).map_err(get_err)?;
-        let distance: Option<i64> = row.try_get(6).map_err(get_err)?;
-        let epoch: Option<i64> = row.try_get(7).map_err(get_err)?;
-        let handoff: Option<f64> = row.try_get(8).map_err(get_err)?;
-        let since_release: Option<f64> = row.try_get(9).map_err(get_err)?;
+        let view = View::read(row, &ACQUIRE_VIEW, |_| next.unwrap_or(false)).map_err(get_err)?;
         let superseded_by: Option<String> = row.try_get(10).map_err(get_err)?;
-        let view = View {
-            epoch: epoch.unwrap_or(0),
-            standing: Standing {
-                next: next.unwrap_or(false),
-                ahead: ahead.unwrap_or(0),
-                distance: distance.unwrap_or(0),
-            },
-            pace: Pace::from_ms(handoff, since_release),
-        };
         self.contender(&ticket.owner, |c| {
             c.direct = direct.unwrap_or(false);
             c.view.send_replace(view)

@@ -13,7 +13,16 @@ use tokio_postgres::types::Type;
 
 use super::failure::Failure;
 use super::link::{Link, REQUEST_TIMEOUT};
-use super::pace::{EXACT_PLACES, Pace, Standing, View, Waiter, pause};
+use super::pace::{EXACT_PLACES, View, ViewColumns, Waiter, pause};
+
+/// Where `peek_v2`'s answer carries the waiter's view of the line.
+const PEEK_VIEW: ViewColumns = ViewColumns {
+    epoch: 0,
+    ahead: 2,
+    distance: 4,
+    handoff: 6,
+    since_release: 7,
+};
 
 /// What a look (or the waiter's try) showed.
 pub enum Seen {
@@ -159,30 +168,17 @@ impl Looker {
                 .await?;
             let unexpected = |_| link.unexpected("a look");
             let row = rows.first().ok_or_else(|| link.unexpected("a look"))?;
-            let epoch: Option<i64> = row.try_get(0).map_err(unexpected)?;
             let in_line: Option<bool> = row.try_get(1).map_err(unexpected)?;
-            let ahead: Option<i32> = row.try_get(2).map_err(unexpected)?;
             let writer_ahead: Option<bool> = row.try_get(3).map_err(unexpected)?;
-            let distance: Option<i64> = row.try_get(4).map_err(unexpected)?;
             let superseded: Option<bool> = row.try_get(5).map_err(unexpected)?;
-            let handoff: Option<f64> = row.try_get(6).map_err(unexpected)?;
-            let since_release: Option<f64> = row.try_get(7).map_err(unexpected)?;
-            let ahead = ahead.unwrap_or(0);
+            let next = |ahead| match shared {
+                true => !writer_ahead.unwrap_or(false),
+                false => ahead < limit,
+            };
             Ok(Peek {
                 in_line: in_line.unwrap_or(false),
                 superseded: superseded.unwrap_or(false),
-                view: View {
-                    epoch: epoch.unwrap_or(0),
-                    standing: Standing {
-                        next: match shared {
-                            true => !writer_ahead.unwrap_or(false),
-                            false => ahead < limit,
-                        },
-                        ahead,
-                        distance: distance.unwrap_or(0),
-                    },
-                    pace: Pace::from_ms(handoff, since_release),
-                },
+                view: View::read(row, &PEEK_VIEW, next).map_err(unexpected)?,
             })
         })
     }

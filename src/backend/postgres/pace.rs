@@ -1,5 +1,6 @@
 //! When a waiter that cannot be woken looks at the line again: what it knows ([`View`] — where
-//! it stands, and how fast the line has been moving, by the server's clock) and the pacing rule
+//! it stands, and how fast the line has been moving, by the server's clock, as a try or a look
+//! answered) and the pacing rule
 //! ([`pause`]). A waiter that a release would wake looks every tenth of the time it has been next
 //! (at least every 5 ms, at most every 100 ms), so a handoff costs a few milliseconds after a
 //! short hold and at most a tenth of a long one, never more than 100 ms. A waiter further back
@@ -12,6 +13,8 @@
 //! handoff do not grow with the line.
 
 use std::time::Duration;
+
+use tokio_postgres::Row;
 
 /// How often a waiter that a release would wake looks, at most and at least: every tenth of the
 /// time it has been next, within these bounds.
@@ -42,6 +45,42 @@ pub struct View {
     pub epoch: i64,
     pub standing: Standing,
     pub pace: Pace,
+}
+
+/// Where an answer (of `acquire_v2` or `peek_v2`) carries the columns of a [`View`].
+pub struct ViewColumns {
+    pub epoch: usize,
+    pub ahead: usize,
+    pub distance: usize,
+    pub handoff: usize,
+    pub since_release: usize,
+}
+
+impl View {
+    /// Reads the view an answer carries at `at`; a `NULL` reads as nothing known (epoch 0, no
+    /// one ahead, no pace). Whether the waiter is next is `next` of how many are ahead (each
+    /// statement tells it its own way).
+    pub fn read(
+        row: &Row,
+        at: &ViewColumns,
+        next: impl FnOnce(i32) -> bool,
+    ) -> Result<Self, tokio_postgres::Error> {
+        let epoch: Option<i64> = row.try_get(at.epoch)?;
+        let ahead: Option<i32> = row.try_get(at.ahead)?;
+        let distance: Option<i64> = row.try_get(at.distance)?;
+        let handoff: Option<f64> = row.try_get(at.handoff)?;
+        let since_release: Option<f64> = row.try_get(at.since_release)?;
+        let ahead = ahead.unwrap_or(0);
+        Ok(View {
+            epoch: epoch.unwrap_or(0),
+            standing: Standing {
+                next: next(ahead),
+                ahead,
+                distance: distance.unwrap_or(0),
+            },
+            pace: Pace::from_ms(handoff, since_release),
+        })
+    }
 }
 
 /// Where a waiter stands in line.
