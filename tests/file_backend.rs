@@ -5,7 +5,7 @@
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
-use crate::support::lockrun::{BIN, Proc, output, scrub};
+use crate::support::lockrun::{BIN, Proc, output, scrub, stderr_of_exited};
 use crate::support::scene::Scene;
 use crate::support::tools::{self, chmod};
 use crate::support::wait::{SOON, code, numbers_in, text, wait_until};
@@ -239,11 +239,7 @@ fn more_waiters_than_inotify_instances_all_get_their_turn() {
     let queued = wait_until(Duration::from_secs(60), || {
         status()["waiters"] == serde_json::json!(waiters)
     });
-    let early: Vec<String> = line
-        .iter_mut()
-        .filter_map(|w| w.exited().then(|| text(&w.wait(SOON).stderr)))
-        .take(3)
-        .collect();
+    let early = stderr_of_exited(&mut line, 3);
     assert!(
         queued && early.is_empty(),
         "not all {waiters} waiters queued: {early:?}"

@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::support::asserts::{assert_hidden, assert_one_line};
 use crate::support::backend_scenarios::assert_a_turned_away_waiter_gets_in;
 use crate::support::fixture::{Fixture, Reachable};
-use crate::support::lockrun::{Proc, lockrun, output};
+use crate::support::lockrun::{Proc, lockrun, output, stderr_of_exited};
 use crate::support::pgbouncer::{Options, Pooled};
 use crate::support::scene::Scene;
 use crate::support::wait::{SOON, code, number_in, text, wait_until};
@@ -85,11 +85,7 @@ fn three_hundred_lockruns_hold_at_once_behind_pgbouncer() {
             .count()
     };
     if !wait_until(Duration::from_secs(60), || held() == 300) {
-        let ended: Vec<String> = holders
-            .iter_mut()
-            .filter_map(|h| h.exited().then(|| text(&h.wait(SOON).stderr)))
-            .take(5)
-            .collect();
+        let ended = stderr_of_exited(&mut holders, 5);
         panic!(
             "only {} of 300 held at once; some that ended: {ended:?}; pgbouncer said:\n{}",
             held(),

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use super::wait::{text, wait_until};
+use super::wait::{SOON, text, wait_until};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_lockrun");
 
@@ -210,6 +210,16 @@ impl Proc {
             stderr: self.stderr.take(),
         }
     }
+}
+
+/// What the first `most` of `procs` that have already exited wrote to stderr (each such one is
+/// reaped): why some of a crowd that should all still run ended early.
+pub fn stderr_of_exited(procs: &mut [Proc], most: usize) -> Vec<String> {
+    procs
+        .iter_mut()
+        .filter_map(|p| p.exited().then(|| text(&p.wait(SOON).stderr)))
+        .take(most)
+        .collect()
 }
 
 impl Drop for Proc {
