@@ -244,15 +244,9 @@ fn a_release_wakes_only_the_waiter_whose_turn_it_is() {
     let server = MySqlServer::start();
     let s = Scene::new(server.url());
     let mut holder = s.hold("herd", "h", &["--ttl", "10s"]);
-    let mut waiters = Vec::new();
-    for i in 0..4 {
-        waiters.push(s.waiter(
-            "herd",
-            &["--ttl", "10s"],
-            &format!("echo {i} >> ran; sleep 0.3"),
-        ));
-        s.wait_waiters("herd", i + 1);
-    }
+    let mut waiters = s.queue_waiters("herd", &["--ttl", "10s"], 4, |i| {
+        format!("echo {i} >> ran; sleep 0.3")
+    });
     let rungs = || {
         server.sql(&format!(
             "SELECT COALESCE(SUM(rung), 0) FROM {DATABASE}.lockrun_waiters WHERE name = 'herd'"

@@ -189,13 +189,9 @@ fn waiters_watch_only_their_predecessor_and_a_release_wakes_one() {
     let zk = ZooKeeper::<1>::start();
     let s = Scene::new(zk.url());
     let mut holder = s.hold("herd", "h", &["--ttl", "3s"]);
-    let mut waiters: Vec<Proc> = (0..8)
-        .map(|i| {
-            let w = s.waiter("herd", &["--ttl", "3s"], &format!("touch ran{i}; sleep 30"));
-            s.wait_waiters("herd", i + 1);
-            w
-        })
-        .collect();
+    let mut waiters = s.queue_waiters("herd", &["--ttl", "3s"], 8, |i| {
+        format!("touch ran{i}; sleep 30")
+    });
     let mut watched = Vec::new();
     let settled = wait_until(SOON, || {
         watched = watched_paths(&zk);

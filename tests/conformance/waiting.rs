@@ -83,12 +83,9 @@ pub fn waiters_are_served_in_arrival_order<F: Fixture>() {
     let fx = F::start();
     let s = Scene::new(fx.url());
     let mut holder = s.hold("line", "h", &["--ttl", F::TTL]);
-    let mut waiters = Vec::new();
-    for i in 0..5 {
-        let script = format!("echo {i} $FENCING_TOKEN >> order");
-        waiters.push(s.waiter("line", &["--ttl", F::TTL], &script));
-        s.wait_waiters("line", i + 1);
-    }
+    let mut waiters = s.queue_waiters("line", &["--ttl", F::TTL], 5, |i| {
+        format!("echo {i} $FENCING_TOKEN >> order")
+    });
     assert_eq!(code(&holder.finish()), 0);
     for waiter in &mut waiters {
         let out = waiter.wait(Duration::from_secs(30));
@@ -146,12 +143,9 @@ pub fn a_dead_waiter_does_not_block_the_line<F: Fixture>() {
     let fx = F::start();
     let s = Scene::new(fx.url());
     let mut holder = s.hold("dead", "h", &["--ttl", F::TTL]);
-    let mut dead = Vec::new();
-    for i in 0..DEAD_IN_A_ROW {
-        let script = format!("touch dead-{i}");
-        dead.push(s.waiter("dead", &["--ttl", F::TTL], &script));
-        s.wait_waiters("dead", i + 1);
-    }
+    let mut dead = s.queue_waiters("dead", &["--ttl", F::TTL], DEAD_IN_A_ROW, |i| {
+        format!("touch dead-{i}")
+    });
     let mut next = s.waiter("dead", &["--ttl", F::TTL], "touch next");
     s.wait_waiters("dead", DEAD_IN_A_ROW + 1);
     for waiter in &mut dead {

@@ -112,6 +112,24 @@ impl Scene {
         Proc::spawn(&mut cmd)
     }
 
+    /// Starts `count` waiters for NAME (see [`Scene::waiter`]) one after another, each in line
+    /// before the next starts, so that they queue in that order; waiter `i` runs `script(i)`.
+    pub fn queue_waiters(
+        &self,
+        name: &str,
+        options: &[&str],
+        count: u64,
+        script: impl Fn(u64) -> String,
+    ) -> Vec<Proc> {
+        (0..count)
+            .map(|i| {
+                let waiter = self.waiter(name, options, &script(i));
+                self.wait_waiters(name, i + 1);
+                waiter
+            })
+            .collect()
+    }
+
     /// Starts a holder of NAME (see [`Holder`]) and waits until its command runs.
     pub fn hold(&self, name: &str, tag: &str, extra: &[&str]) -> Holder {
         self.hold_via(&self.url, name, tag, extra)
