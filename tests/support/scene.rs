@@ -95,6 +95,13 @@ impl Scene {
         Proc::spawn(&mut self.cmd(args))
     }
 
+    /// Runs `lockrun --backend URL --name NAME -- true` through `url`, which must succeed: the
+    /// counterpart of [`Scene::refuses`].
+    pub fn accepts(&self, url: &str, name: &str) {
+        let out = output(&mut self.cmd_via(url, ["--name", name, "--", "true"]));
+        assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    }
+
     /// Runs `lockrun --backend URL --name NAME -- touch ran` through `url`, which must fail with
     /// `status` and one line naming `needle`, and run nothing. Returns the line.
     pub fn refuses(&self, url: &str, name: &str, status: i32, needle: &str) -> String {
