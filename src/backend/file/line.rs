@@ -16,7 +16,15 @@
 //! live waiters are ahead of it than `--limit`; a shared waiter when no live exclusive waiter is
 //! ahead of it. A waiter that may not try yet watches only the tickets that stand in its way (the
 //! last `--limit` ahead, or the last exclusive one ahead), so one leaving wakes only its
-//! followers, never the whole line. Shared holders keep their records here too, as `H<token>`
+//! followers, never the whole line.
+//!
+//! A joining waiter keeps the counter's lock until its ticket file is in place, so a ticket file
+//! never appears behind one with a higher ticket. The tickets ahead of a waiter can therefore
+//! only go, never come: it reads the directory once, when it joins, and each later look checks
+//! only the tickets nearest to it in that list, dropping those that went. The line's *floor*
+//! (the file `floor`, a ticket below which every ticket is gone, raised by each exclusive
+//! waiter that finds nobody left ahead of it) lets a look drop at once the tickets that went
+//! since the last, so a look costs the same in a line of ten and of a thousand. Shared holders keep their records here too, as `H<token>`
 //! files they hold locked.
 
 use std::fs::{File, TryLockError};
@@ -38,6 +46,8 @@ pub const STALE: std::time::Duration = std::time::Duration::from_secs(3);
 const BEAT_WIDTH: usize = 20;
 /// Prefix of a shared holder's record file.
 const HOLDER: &str = "H";
+/// The file that holds the line's floor (see the module).
+const FLOOR: &str = "floor";
 
 /// One waiter in line, as its ticket file names it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -95,6 +105,9 @@ pub struct Place {
     file: File,
     /// When the heartbeat was last written.
     beat: BootInstant,
+    /// The tickets that were ahead when this place was taken, oldest first, less those since
+    /// seen gone: no ticket ahead can appear later (see the module).
+    ahead: Vec<Entry>,
 }
 
 impl Place {
@@ -177,8 +190,9 @@ impl Line {
         supersede: bool,
         record: &HolderInfo,
     ) -> io::Result<Place> {
+        let counter = TicketCounter::lock(state, &paths::ticket_counter(name))?;
         let entry = Entry {
-            ticket: next_ticket(state, &paths::ticket_counter(name))?,
+            ticket: counter.next()?,
             mode,
             supersede,
         };
@@ -189,7 +203,20 @@ impl Line {
         file.write_all(beat_line(beat).as_bytes())?;
         file.write_all(record.encode().as_bytes())?;
         self.dir.rename(&temporary, &entry.file_name())?;
-        Ok(Place { entry, file, beat })
+        // Every lower ticket's file is in place by now (each joiner held the counter until its
+        // own was), and no later one can be lower.
+        drop(counter);
+        let ahead = self
+            .entries()?
+            .into_iter()
+            .filter(|e| e.ticket < entry.ticket)
+            .collect();
+        Ok(Place {
+            entry,
+            file,
+            beat,
+            ahead,
+        })
     }
 
     /// Whether `place`'s ticket is still in the line (a waiter that was frozen may find it
@@ -246,39 +273,95 @@ impl Line {
     }
 
     /// Whether it is `place`'s turn under the rules (see the module), what stands in its way if
-    /// not, and whether a newer `--supersede` waiter replaced it.
-    pub fn look(&self, place: &Place, limit: u32) -> io::Result<Verdict> {
-        let entries = self.entries()?;
+    /// not, and whether a newer `--supersede` waiter replaced it. Looks only at the tickets
+    /// nearest to `place` among those ahead of it, forgetting those that went.
+    pub fn look(&self, place: &mut Place, limit: u32) -> io::Result<Verdict> {
         let me = place.entry.ticket;
+        let floor = self.floor();
+        let below_floor = place.ahead.partition_point(|e| e.ticket < floor);
+        place.ahead.drain(..below_floor);
         if place.entry.supersede {
-            for newer in entries.iter().filter(|e| e.ticket > me && e.supersede) {
+            for newer in self
+                .entries()?
+                .iter()
+                .filter(|e| e.ticket > me && e.supersede)
+            {
                 if self.alive(newer)? {
                     return Ok(Verdict::Superseded(newer.file_name()));
                 }
             }
         }
-        let ahead = entries.iter().rev().filter(|e| e.ticket < me);
-        match place.entry.mode {
-            Mode::Exclusive => {
-                let mut blocking = Vec::new();
-                for entry in ahead {
-                    if self.alive(entry)? {
-                        blocking.push(entry.file_name());
-                        if blocking.len() >= limit as usize {
-                            return Ok(Verdict::Behind(blocking));
-                        }
-                    }
-                }
-                Ok(Verdict::Turn)
+        let stands_in_way = |entry: &Entry| match place.entry.mode {
+            Mode::Exclusive => true,
+            Mode::Shared => entry.mode == Mode::Exclusive,
+        };
+        let wanted = match place.entry.mode {
+            Mode::Exclusive => limit as usize,
+            Mode::Shared => 1,
+        };
+        let mut blocking = Vec::new();
+        let mut gone = Vec::new();
+        for (index, entry) in place.ahead.iter().enumerate().rev() {
+            if !stands_in_way(entry) {
+                continue;
             }
-            Mode::Shared => {
-                for entry in ahead.filter(|e| e.mode == Mode::Exclusive) {
-                    if self.alive(entry)? {
-                        return Ok(Verdict::Behind(vec![entry.file_name()]));
-                    }
-                }
-                Ok(Verdict::Turn)
+            if !self.alive(entry)? {
+                gone.push(index);
+                continue;
             }
+            blocking.push(entry.file_name());
+            if blocking.len() >= wanted {
+                break;
+            }
+        }
+        // `gone` holds indexes from the back, so each removal leaves the others in place.
+        for index in gone {
+            place.ahead.remove(index);
+        }
+        if blocking.len() >= wanted {
+            return Ok(Verdict::Behind(blocking));
+        }
+        // An exclusive waiter checks every ticket ahead: none left means all below it are gone.
+        if place.entry.mode == Mode::Exclusive && blocking.is_empty() && floor < me {
+            self.raise_floor(me);
+        }
+        Ok(Verdict::Turn)
+    }
+
+    /// The line's floor: every ticket below it is gone. 0 when unknown (no floor yet, or it is
+    /// being written just now).
+    fn floor(&self) -> u64 {
+        let read = || -> Option<u64> {
+            let file = self.dir.open_existing(FLOOR).ok()??;
+            file.try_lock_shared().ok()?;
+            let mut buf = [0u8; 24];
+            let len = file.read_at(&mut buf, 0).ok()?;
+            std::str::from_utf8(&buf[..len]).ok()?.trim().parse().ok()
+        };
+        read().unwrap_or(0)
+    }
+
+    /// Raises the line's floor to `ticket` (never lowers it). A hint that saves looks work, so a
+    /// floor that cannot be written now is left as it is.
+    fn raise_floor(&self, ticket: u64) {
+        let raise = || -> io::Result<()> {
+            let file = self.dir.open_rw(FLOOR)?;
+            if file.try_lock().is_err() {
+                return Ok(());
+            }
+            let mut buf = [0u8; 24];
+            let len = file.read_at(&mut buf, 0)?;
+            let current: u64 = std::str::from_utf8(&buf[..len])
+                .ok()
+                .and_then(|t| t.trim().parse().ok())
+                .unwrap_or(0);
+            if ticket > current {
+                file.write_all_at(format!("{ticket:020}\n").as_bytes(), 0)?;
+            }
+            Ok(())
+        };
+        if let Err(e) = raise() {
+            crate::debug!("cannot raise the line's floor: {e}");
         }
     }
 
@@ -307,20 +390,32 @@ fn fresh(file: &File) -> bool {
     read_beat(file).is_some_and(|beat| BootInstant::now().saturating_since(beat) < STALE)
 }
 
-/// The next ticket from the counter file, under its lock (tickets only order waiters: they need
-/// not survive a reboot, so the counter is not flushed).
-fn next_ticket(state: &StateDir, file_name: &str) -> io::Result<u64> {
-    let file = state.open_rw(file_name)?;
-    file.lock().map_err(|e| state.named(file_name, e))?;
-    let mut buf = [0u8; 24];
-    let len = file.read_at(&mut buf, 0)?;
-    let last: u64 = std::str::from_utf8(&buf[..len])
-        .ok()
-        .and_then(|t| t.trim().parse().ok())
-        .unwrap_or(0);
-    let next = last + 1;
-    file.write_all_at(format!("{next:020}\n").as_bytes(), 0)?;
-    Ok(next)
+/// A name's ticket counter, locked until dropped (tickets only order waiters: they need not
+/// survive a reboot, so the counter is not flushed).
+struct TicketCounter {
+    file: File,
+}
+
+impl TicketCounter {
+    fn lock(state: &StateDir, file_name: &str) -> io::Result<TicketCounter> {
+        let file = state.open_rw(file_name)?;
+        file.lock().map_err(|e| state.named(file_name, e))?;
+        Ok(TicketCounter { file })
+    }
+
+    /// Takes the next ticket.
+    fn next(&self) -> io::Result<u64> {
+        let mut buf = [0u8; 24];
+        let len = self.file.read_at(&mut buf, 0)?;
+        let last: u64 = std::str::from_utf8(&buf[..len])
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or(0);
+        let next = last + 1;
+        self.file
+            .write_all_at(format!("{next:020}\n").as_bytes(), 0)?;
+        Ok(next)
+    }
 }
 
 #[cfg(test)]
@@ -356,26 +451,69 @@ mod tests {
         let name = LockName::parse("n").unwrap();
         let line = Line::open(&state, &name).unwrap();
         let join = |mode| line.join(&state, &name, mode, false, &record()).unwrap();
-        let r1 = join(Mode::Shared);
-        let w1 = join(Mode::Exclusive);
-        let r2 = join(Mode::Shared);
-        assert_eq!(line.look(&r1, 1).unwrap(), Verdict::Turn);
+        let mut r1 = join(Mode::Shared);
+        let mut w1 = join(Mode::Exclusive);
+        let mut r2 = join(Mode::Shared);
+        assert_eq!(line.look(&mut r1, 1).unwrap(), Verdict::Turn);
         assert_eq!(
-            line.look(&w1, 1).unwrap(),
+            line.look(&mut w1, 1).unwrap(),
             Verdict::Behind(vec![r1.entry.file_name()])
         );
         assert_eq!(
-            line.look(&r2, 1).unwrap(),
+            line.look(&mut r2, 1).unwrap(),
             Verdict::Behind(vec![w1.entry.file_name()])
         );
         line.leave(r1);
-        assert_eq!(line.look(&w1, 1).unwrap(), Verdict::Turn);
+        assert_eq!(line.look(&mut w1, 1).unwrap(), Verdict::Turn);
         // With --limit 2, one waiter ahead is fine.
-        let w2 = join(Mode::Exclusive);
+        let mut w2 = join(Mode::Exclusive);
         assert_eq!(
-            line.look(&w2, 2).unwrap(),
+            line.look(&mut w2, 2).unwrap(),
             Verdict::Behind(vec![r2.entry.file_name(), w1.entry.file_name()])
         );
+    }
+
+    #[test]
+    fn a_look_checks_only_the_tickets_ahead_at_joining_and_forgets_those_gone() {
+        let (_tmp, state) = StateDir::temporary();
+        let name = LockName::parse("n").unwrap();
+        let line = Line::open(&state, &name).unwrap();
+        let join = || {
+            line.join(&state, &name, Mode::Exclusive, false, &record())
+                .unwrap()
+        };
+        let (a, b, mut c) = (join(), join(), join());
+        assert_eq!(c.ahead, [a.entry.clone(), b.entry.clone()]);
+        let mut d = join();
+        line.leave(b);
+        assert_eq!(
+            line.look(&mut c, 1).unwrap(),
+            Verdict::Behind(vec![a.entry.file_name()])
+        );
+        assert_eq!(
+            c.ahead,
+            std::slice::from_ref(&a.entry),
+            "the ticket that went is forgotten"
+        );
+        // The directory is not read again: a ticket file that could not appear there (lower
+        // than c's, after c joined) is not seen.
+        let impossible = Entry {
+            ticket: 0,
+            mode: Mode::Exclusive,
+            supersede: false,
+        };
+        let file = line.dir.create_new(&impossible.file_name()).unwrap();
+        file.lock().unwrap();
+        line.leave(a);
+        assert_eq!(line.look(&mut c, 1).unwrap(), Verdict::Turn);
+        assert!(c.ahead.is_empty());
+        // Nobody is left ahead of c: the floor says so, and d drops a and b without a look.
+        assert_eq!(line.floor(), c.entry.ticket);
+        assert_eq!(
+            line.look(&mut d, 1).unwrap(),
+            Verdict::Behind(vec![c.entry.file_name()])
+        );
+        assert_eq!(d.ahead, std::slice::from_ref(&c.entry));
     }
 
     #[test]
@@ -383,7 +521,7 @@ mod tests {
         let (_tmp, state) = StateDir::temporary();
         let name = LockName::parse("n").unwrap();
         let line = Line::open(&state, &name).unwrap();
-        let old = line
+        let mut old = line
             .join(&state, &name, Mode::Exclusive, true, &record())
             .unwrap();
         let dead = line
@@ -391,11 +529,11 @@ mod tests {
             .unwrap();
         let dead_name = dead.entry.file_name();
         drop(dead); // as if its process died: the lock goes, the file stays
-        let me = line
+        let mut me = line
             .join(&state, &name, Mode::Exclusive, false, &record())
             .unwrap();
         assert_eq!(
-            line.look(&me, 1).unwrap(),
+            line.look(&mut me, 1).unwrap(),
             Verdict::Behind(vec![old.entry.file_name()])
         );
         assert!(
@@ -410,7 +548,7 @@ mod tests {
             .join(&state, &name, Mode::Exclusive, true, &record())
             .unwrap();
         assert_eq!(
-            line.look(&old, 1).unwrap(),
+            line.look(&mut old, 1).unwrap(),
             Verdict::Superseded(newer.entry.file_name())
         );
     }
