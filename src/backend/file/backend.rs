@@ -13,6 +13,7 @@ use async_trait::async_trait;
 
 use super::lease::{FileLease, HolderRecord, RecordPlace};
 use super::line::{self, Line, Place, Verdict};
+use super::probe::Wanted;
 use super::state_dir::StateDir;
 use super::wakeup::Wakeup;
 use super::{fence, paths};
@@ -29,8 +30,9 @@ const SAFETY_RECHECK: Duration = Duration::from_secs(1);
 /// times: the holder may be letting go at that very moment.
 const RETRY_FIRST: Duration = Duration::from_millis(1);
 const RETRIES: u32 = 6;
-/// A waiter with no inotify instance (see `wakeup`) looks this often per turn still ahead of
-/// it (at most every [`SAFETY_RECHECK`]): often when it is about to be served, seldom far back.
+/// A waiter that nothing wakes (no inotify instance, and more to watch than it may probe: see
+/// `wakeup`) looks this often per turn still ahead of it (at most every [`SAFETY_RECHECK`]):
+/// often when it is about to be served, seldom far back.
 const POLL_PER_TURN_AHEAD: Duration = Duration::from_millis(10);
 
 /// The `file://` backend.
@@ -156,7 +158,11 @@ impl FileBackend {
         let slot_names: HashSet<String> = (0..request.limit)
             .map(|k| paths::slot_file(&request.name, k))
             .collect();
-        let mut wakeup = Wakeup::new(slot_names)?;
+        let slot_wanted = match request.mode {
+            Mode::Exclusive => Wanted::Free,
+            Mode::Shared => Wanted::NotExclusive,
+        };
+        let mut wakeup = Wakeup::new(slot_names, slot_wanted)?;
         let mut timer = BootTimer::new()?;
         let mut retries = 0;
         let outcome = loop {
@@ -172,11 +178,9 @@ impl FileBackend {
             place.beat()?;
             let place = slot.insert(place);
             let own_ticket = line.dir.path().join(place.entry.file_name());
+            // A newer --supersede waiter pokes this ticket.
+            let own = place.entry.supersede.then_some(own_ticket.as_path());
             let mut watched: Vec<std::path::PathBuf> = Vec::new();
-            if place.entry.supersede {
-                // A newer --supersede waiter pokes this ticket.
-                watched.push(own_ticket.clone());
-            }
             let pause = match line.look(place, request.limit)? {
                 Verdict::Superseded(newer) => {
                     let by = line.waiter(&newer).unwrap_or_else(HolderInfo::unknown);
@@ -199,21 +203,21 @@ impl FileBackend {
                     SAFETY_RECHECK
                 }
             };
+            if request.expired() {
+                break Acquired::Busy;
+            }
+            if !wakeup.watch_files(&watched, own)? {
+                continue;
+            }
             // Without wake-ups, the waiters about to be served look often; the rest, seldom.
             let pause = match wakeup.has_events() {
                 true => pause,
                 false => {
-                    let turns = line.ahead(place)? / request.limit.max(1) as usize + 1;
+                    let turns = place.tickets_ahead() / request.limit.max(1) as usize + 1;
                     let turns = u32::try_from(turns).unwrap_or(u32::MAX);
                     pause.min(POLL_PER_TURN_AHEAD.saturating_mul(turns))
                 }
             };
-            if request.expired() {
-                break Acquired::Busy;
-            }
-            if !wakeup.watch_files(&watched)? {
-                continue;
-            }
             let wake_at = BootInstant::now() + pause;
             let wake_at = request.deadline.map_or(wake_at, |d| d.min(wake_at));
             tokio::select! {

@@ -117,6 +117,12 @@ impl Place {
         BootInstant::now().saturating_since(self.beat) >= STALE
     }
 
+    /// How many tickets may still be ahead of this place: those ahead when it was taken, less
+    /// those its looks found gone.
+    pub fn tickets_ahead(&self) -> usize {
+        self.ahead.len()
+    }
+
     /// Writes the heartbeat: this waiter is still here.
     pub fn beat(&mut self) -> io::Result<()> {
         let now = BootInstant::now();
@@ -363,12 +369,6 @@ impl Line {
         if let Err(e) = raise() {
             crate::debug!("cannot raise the line's floor: {e}");
         }
-    }
-
-    /// How many tickets are ahead of `place` in line (live or not).
-    pub fn ahead(&self, place: &Place) -> io::Result<usize> {
-        let me = place.entry.ticket;
-        Ok(self.entries()?.iter().filter(|e| e.ticket < me).count())
     }
 
     /// The record in a waiter's ticket file (after its heartbeat line), if the waiter is still

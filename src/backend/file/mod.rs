@@ -8,7 +8,8 @@
 //! - `a%b.fence` — the flushed reservation of fencing tokens; `a%b.fence-hot` — the last token
 //!   issued in this boot (see `fence`).
 //! - `a%b.line/` — the line of waiters (ticket files) and the shared holders' records (see
-//!   `line`); `a%b.tickets` — the counter that numbers tickets.
+//!   `line`; with `floor`, below which every ticket is gone); `a%b.tickets` — the counter that
+//!   numbers tickets.
 //! - `a%b.interval` — when the name last ran, for `--min-interval` (see `interval`).
 
 mod backend;
@@ -18,6 +19,7 @@ mod interval;
 mod lease;
 mod line;
 mod paths;
+mod probe;
 mod proc_locks;
 mod settings;
 mod state_dir;

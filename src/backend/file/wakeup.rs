@@ -4,9 +4,12 @@
 //! (which change when their waiter leaves, dies, or is poked).
 //!
 //! inotify instances are few (`fs.inotify.max_user_instances`, 128 per user by default), and a
-//! waiter keeps its own until it exits. A waiter that finds none left waits without one — its
-//! looks at the line come at their re-check times — and tries again for one at every look, so as
-//! the line moves and earlier lockruns exit, the waiters near its head are woken again.
+//! waiter keeps its own until it exits. A waiter that finds none left is woken by lock probes
+//! instead (see `probe`): a thread blocked on the lock of each file it would watch, which the
+//! kernel wakes when that lock goes. Probes see a waiter leave or die and a holder let go, but not
+//! a poke (a newer `--supersede` waiter) nor a waiter ahead that froze: those are found at the
+//! waiter's re-check times, as with inotify for a frozen one. It tries again for an instance at
+//! every look.
 
 use std::collections::HashSet;
 use std::io;
@@ -16,6 +19,7 @@ use nix::errno::Errno;
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
 use tokio::io::unix::AsyncFd;
 
+use super::probe::{Probes, Wanted};
 use crate::reactor::Pollable;
 
 /// One waiter's wake-up source.
@@ -27,22 +31,38 @@ pub struct Wakeup {
     dir_watch: Option<WatchDescriptor>,
     slot_names: HashSet<String>,
     file_watches: Vec<WatchDescriptor>,
+    /// What a lock file must be for this waiter's try: free (exclusive) or not held exclusively.
+    slot_wanted: Wanted,
+    /// Without inotify: the probes, whether the lock files asked for this round have one, and
+    /// whether everything watched last round had one.
+    probes: Probes,
+    slots_probed: bool,
+    probed_all: bool,
+    /// Whether to ask for an inotify instance again at each look (always, but in tests of the
+    /// probes).
+    asks_for_inotify: bool,
 }
 
 impl Wakeup {
-    /// A wake-up source for the lock files `slot_names` (watched once asked to).
-    pub fn new(slot_names: HashSet<String>) -> io::Result<Self> {
+    /// A wake-up source for the lock files `slot_names` (watched once asked to), for a waiter
+    /// whose try needs them `slot_wanted`.
+    pub fn new(slot_names: HashSet<String>, slot_wanted: Wanted) -> io::Result<Self> {
         let mut wakeup = Wakeup {
             inotify: None,
             slots_dir: None,
             dir_watch: None,
             slot_names,
             file_watches: Vec::new(),
+            slot_wanted,
+            probes: Probes::default(),
+            slots_probed: true,
+            probed_all: true,
+            asks_for_inotify: true,
         };
         if !wakeup.try_inotify()? {
             crate::info!(
-                "no inotify instance left (fs.inotify.max_user_instances): looking at the line \
-                 at its re-check times until one is free"
+                "no inotify instance left (fs.inotify.max_user_instances): woken by lock probes \
+                 until one is free"
             );
         }
         Ok(wakeup)
@@ -52,6 +72,9 @@ impl Wakeup {
     fn try_inotify(&mut self) -> io::Result<bool> {
         if self.inotify.is_some() {
             return Ok(true);
+        }
+        if !self.asks_for_inotify {
+            return Ok(false);
         }
         match Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC) {
             Ok(inotify) => {
@@ -64,14 +87,25 @@ impl Wakeup {
         }
     }
 
-    /// Whether changes wake this waiter (it has an inotify instance).
+    /// Whether the changes this waiter waits for wake it: it has an inotify instance, or a
+    /// probe of every file it watches (as of the last [`Wakeup::watch_files`]).
     pub fn has_events(&self) -> bool {
-        self.inotify.is_some()
+        self.inotify.is_some() || self.probed_all
     }
 
     /// Watches the state directory `dir` for a holder letting go of one of the lock files.
     pub fn watch_slots(&mut self, dir: &Path) -> io::Result<()> {
         self.slots_dir = Some(dir.to_owned());
+        if self.inotify.is_none() {
+            for name in &self.slot_names {
+                let path = dir.join(name);
+                let probed = match std::fs::File::open(&path) {
+                    Ok(file) => self.probes.probe(&path, file, self.slot_wanted),
+                    Err(_) => false,
+                };
+                self.slots_probed &= probed;
+            }
+        }
         self.watch_dir()
     }
 
@@ -86,12 +120,13 @@ impl Wakeup {
         Ok(())
     }
 
-    /// Watches exactly `files` (ticket files) from now on; returns `false` when one is already
-    /// gone (its change happened before the watch: look again at once). Without an inotify
-    /// instance, tries to get one first; still without, watches nothing.
-    pub fn watch_files(&mut self, files: &[PathBuf]) -> io::Result<bool> {
+    /// Watches exactly `files` (ticket files) from now on, and `own`, this waiter's ticket, for
+    /// a poke; returns `false` when one is already gone (its change happened before the watch:
+    /// look again at once). Without an inotify instance, tries to get one first; still without,
+    /// probes `files` (a poke is then seen at the re-check times).
+    pub fn watch_files(&mut self, files: &[PathBuf], own: Option<&Path>) -> io::Result<bool> {
         if !self.try_inotify()? {
-            return Ok(true);
+            return self.probe_files(files);
         }
         self.watch_dir()?;
         let Some(inotify) = &self.inotify else {
@@ -106,8 +141,8 @@ impl Wakeup {
             | AddWatchFlags::IN_DELETE_SELF
             | AddWatchFlags::IN_MOVE_SELF
             | AddWatchFlags::IN_DONT_FOLLOW;
-        for file in files {
-            match inotify.add_watch(file.as_path(), flags) {
+        for file in files.iter().map(PathBuf::as_path).chain(own) {
+            match inotify.add_watch(file, flags) {
                 Ok(watch) => self.file_watches.push(watch),
                 Err(Errno::ENOENT) => return Ok(false),
                 Err(e) => return Err(e.into()),
@@ -116,11 +151,27 @@ impl Wakeup {
         Ok(true)
     }
 
-    /// Returns once something watched changed (or events were lost); never without an inotify
-    /// instance.
+    /// Probes each of `files` (ticket files) until its waiter is gone; `false` when one is gone
+    /// already. Ends the round: whether everything watched has a probe is known now.
+    fn probe_files(&mut self, files: &[PathBuf]) -> io::Result<bool> {
+        let mut probed_all = std::mem::replace(&mut self.slots_probed, true);
+        for path in files {
+            let file = match std::fs::File::open(path) {
+                Ok(file) => file,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+                Err(e) => return Err(e),
+            };
+            probed_all &= self.probes.probe(path, file, Wanted::NotExclusive);
+        }
+        self.probed_all = probed_all;
+        Ok(true)
+    }
+
+    /// Returns once something watched changed (or events were lost), or a probe rang.
     pub async fn woken(&mut self) -> io::Result<()> {
         let Some(inotify) = &self.inotify else {
-            return std::future::pending().await;
+            self.probes.rung().await;
+            return Ok(());
         };
         loop {
             let mut guard = inotify.readable().await?;
@@ -155,5 +206,80 @@ impl Wakeup {
         if let Some(inotify) = self.inotify {
             std::mem::forget(inotify.into_inner());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs::File;
+    use std::time::Duration;
+
+    /// A wake-up source as a waiter past the inotify budget has it.
+    fn without_inotify(slot_names: &[&str], slot_wanted: Wanted) -> Wakeup {
+        Wakeup {
+            inotify: None,
+            slots_dir: None,
+            dir_watch: None,
+            slot_names: slot_names.iter().map(|s| s.to_string()).collect(),
+            file_watches: Vec::new(),
+            slot_wanted,
+            probes: Probes::default(),
+            slots_probed: true,
+            probed_all: true,
+            asks_for_inotify: false,
+        }
+    }
+
+    fn locked(path: &Path) -> File {
+        let file = File::create(path).unwrap();
+        file.lock().unwrap();
+        file
+    }
+
+    #[tokio::test]
+    async fn without_inotify_a_ticket_ahead_going_wakes_the_waiter() {
+        let dir = tempfile::tempdir().unwrap();
+        let ticket = dir.path().join("T1-x");
+        let waiter_ahead = locked(&ticket);
+        let mut wakeup = without_inotify(&[], Wanted::Free);
+        assert!(
+            wakeup
+                .watch_files(std::slice::from_ref(&ticket), None)
+                .unwrap()
+        );
+        assert!(wakeup.has_events(), "the probe covers the wait");
+        let early = tokio::time::timeout(Duration::from_millis(200), wakeup.woken()).await;
+        assert!(early.is_err(), "woken while the waiter ahead was there");
+        drop(waiter_ahead); // it left, or died
+        tokio::time::timeout(Duration::from_secs(5), wakeup.woken())
+            .await
+            .expect("woken when the waiter ahead went")
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn without_inotify_a_holder_letting_go_wakes_the_next() {
+        let dir = tempfile::tempdir().unwrap();
+        let holder = locked(&dir.path().join("n.lock"));
+        let mut wakeup = without_inotify(&["n.lock"], Wanted::Free);
+        wakeup.watch_slots(dir.path()).unwrap();
+        assert!(wakeup.watch_files(&[], None).unwrap());
+        assert!(wakeup.has_events());
+        let early = tokio::time::timeout(Duration::from_millis(200), wakeup.woken()).await;
+        assert!(early.is_err(), "woken while the holder held");
+        drop(holder);
+        tokio::time::timeout(Duration::from_secs(5), wakeup.woken())
+            .await
+            .expect("woken when the holder let go")
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_ticket_already_gone_means_look_again_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut wakeup = without_inotify(&[], Wanted::Free);
+        let gone = dir.path().join("T1-x");
+        assert!(!wakeup.watch_files(&[gone], None).unwrap());
     }
 }
