@@ -132,33 +132,40 @@ mod tests {
         (path, file)
     }
 
-    #[tokio::test]
-    async fn a_probe_rings_when_the_lock_goes_and_never_keeps_it() {
+    /// A file in a new directory locked by `lock`, and a probe of it for `wanted`.
+    fn probing(
+        lock: fn(&File) -> io::Result<()>,
+        wanted: Wanted,
+    ) -> (tempfile::TempDir, PathBuf, File, Probes) {
         let dir = tempfile::tempdir().unwrap();
         let (path, held) = file_in(dir.path(), "lock");
-        held.lock().unwrap();
+        lock(&held).unwrap();
         let probes = Probes::default();
-        assert!(probes.probe(&path, File::open(&path).unwrap(), Wanted::Free));
+        assert!(probes.probe(&path, File::open(&path).unwrap(), wanted));
+        (dir, path, held, probes)
+    }
+
+    async fn rings(probes: &Probes) -> bool {
+        tokio::time::timeout(Duration::from_secs(5), probes.rung())
+            .await
+            .is_ok()
+    }
+
+    #[tokio::test]
+    async fn a_probe_rings_when_the_lock_goes_and_never_keeps_it() {
+        let (_dir, path, held, probes) = probing(File::lock, Wanted::Free);
         let early = tokio::time::timeout(Duration::from_millis(200), probes.rung()).await;
         assert!(early.is_err(), "rang while the lock was held");
         drop(held);
-        tokio::time::timeout(Duration::from_secs(5), probes.rung())
-            .await
-            .expect("rang once the lock went");
+        assert!(rings(&probes).await, "rang once the lock went");
         let other = File::open(&path).unwrap();
         assert!(other.try_lock().is_ok(), "the probe kept the lock");
     }
 
     #[tokio::test]
     async fn a_shared_lock_does_not_hold_up_a_probe_for_not_exclusive() {
-        let dir = tempfile::tempdir().unwrap();
-        let (path, shared) = file_in(dir.path(), "lock");
-        shared.lock_shared().unwrap();
-        let probes = Probes::default();
-        assert!(probes.probe(&path, File::open(&path).unwrap(), Wanted::NotExclusive));
-        tokio::time::timeout(Duration::from_secs(5), probes.rung())
-            .await
-            .expect("rang at once");
+        let (_dir, _path, _shared, probes) = probing(File::lock_shared, Wanted::NotExclusive);
+        assert!(rings(&probes).await, "rang at once");
     }
 
     #[test]

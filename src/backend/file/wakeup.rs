@@ -231,6 +231,17 @@ mod tests {
         }
     }
 
+    /// `wakeup` sleeps while `lock` is held, and wakes once it goes.
+    async fn assert_woken_only_once_gone(wakeup: &mut Wakeup, lock: File) {
+        let early = tokio::time::timeout(Duration::from_millis(200), wakeup.woken()).await;
+        assert!(early.is_err(), "woken while the lock was held");
+        drop(lock);
+        tokio::time::timeout(Duration::from_secs(5), wakeup.woken())
+            .await
+            .expect("woken once the lock went")
+            .unwrap();
+    }
+
     fn locked(path: &Path) -> File {
         let file = File::create(path).unwrap();
         file.lock().unwrap();
@@ -249,13 +260,8 @@ mod tests {
                 .unwrap()
         );
         assert!(wakeup.has_events(), "the probe covers the wait");
-        let early = tokio::time::timeout(Duration::from_millis(200), wakeup.woken()).await;
-        assert!(early.is_err(), "woken while the waiter ahead was there");
-        drop(waiter_ahead); // it left, or died
-        tokio::time::timeout(Duration::from_secs(5), wakeup.woken())
-            .await
-            .expect("woken when the waiter ahead went")
-            .unwrap();
+        // The waiter ahead leaves, or dies.
+        assert_woken_only_once_gone(&mut wakeup, waiter_ahead).await;
     }
 
     #[tokio::test]
@@ -266,13 +272,7 @@ mod tests {
         wakeup.watch_slots(dir.path()).unwrap();
         assert!(wakeup.watch_files(&[], None).unwrap());
         assert!(wakeup.has_events());
-        let early = tokio::time::timeout(Duration::from_millis(200), wakeup.woken()).await;
-        assert!(early.is_err(), "woken while the holder held");
-        drop(holder);
-        tokio::time::timeout(Duration::from_secs(5), wakeup.woken())
-            .await
-            .expect("woken when the holder let go")
-            .unwrap();
+        assert_woken_only_once_gone(&mut wakeup, holder).await;
     }
 
     #[tokio::test]
