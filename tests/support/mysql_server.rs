@@ -137,17 +137,51 @@ impl MySqlServer {
 
     /// Runs SQL through the `mariadb` client as root, over the server's socket.
     pub fn client(&self, sql: &str) -> Output {
-        Command::new("mariadb")
-            .arg("--no-defaults")
-            .arg(format!("--socket={}", self.socket().display()))
-            .args(["-uroot", "--batch", "--skip-column-names", "-e", sql])
+        self.client_within(Duration::from_secs(60), sql)
             .output()
             .expect("run the mariadb client")
+    }
+
+    /// The `mariadb` client for `sql`, ended (by `timeout`) after `limit`.
+    fn client_within(&self, limit: Duration, sql: &str) -> Command {
+        let mut cmd = Command::new("timeout");
+        cmd.arg(limit.as_secs().to_string())
+            .arg("mariadb")
+            .arg("--no-defaults")
+            .arg(format!("--socket={}", self.socket().display()))
+            .args(["-uroot", "--batch", "--skip-column-names", "-e", sql]);
+        cmd
     }
 
     /// The client's output for `sql`, trimmed; fails the test if it failed.
     pub fn sql(&self, sql: &str) -> String {
         answer(&self.client(sql), &format!("mariadb failed on {sql:?}"))
+    }
+}
+
+impl Drop for MySqlServer {
+    /// When the test failed, says what the server was doing: its sessions, InnoDB's view of
+    /// transactions and lock waits, and the end of its log (to find why a statement went
+    /// unanswered).
+    fn drop(&mut self) {
+        if !std::thread::panicking() || self.process.is_none() {
+            return;
+        }
+        // Never a second panic, and never a wait on a stalled server: at most 5 s a statement.
+        let said = |sql: &str| {
+            self.client_within(Duration::from_secs(5), sql)
+                .output()
+                .map(|out| String::from_utf8_lossy(&out.stdout).into_owned())
+                .unwrap_or_else(|e| format!("(cannot ask: {e})"))
+        };
+        let log = self.log();
+        let tail: Vec<&str> = log.lines().rev().take(40).collect();
+        eprintln!(
+            "mariadbd at the failure:\n--- sessions\n{}\n--- InnoDB\n{}\n--- log (last lines)\n{}",
+            said("SHOW FULL PROCESSLIST"),
+            said("SHOW ENGINE INNODB STATUS").replace("\\n", "\n"),
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        );
     }
 }
 
