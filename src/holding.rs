@@ -23,7 +23,7 @@ pub async fn run(config: RunConfig) -> Result<u8, Error> {
     let mut signals = supervisor::listen()
         .map_err(|e| Error::internal(format!("cannot install signal handlers: {e}")))?;
     let backend = config.backend.open().await?;
-    let request = AcquireRequest {
+    let mut request = AcquireRequest {
         name: config.name.clone(),
         limit: config.limit,
         mode: config.mode,
@@ -31,6 +31,7 @@ pub async fn run(config: RunConfig) -> Result<u8, Error> {
         deadline: config.wait.map(|wait| BootInstant::now() + wait),
         holder: HolderInfo::current(config.note.clone(), config.mode),
         supersede: config.supersede,
+        answered: false,
     };
     crate::info!("acquiring {} on {}", config.name, backend.describe());
     let (lease, timing) = loop {
@@ -60,6 +61,9 @@ pub async fn run(config: RunConfig) -> Result<u8, Error> {
                 duration(late),
                 duration(ttl)
             );
+            // The backend answers (too slowly): a try that now gets no answer at all is an
+            // outage to ride out within --wait, not an unreachable backend.
+            request.answered = true;
             continue;
         }
         break (lease, timing);

@@ -118,6 +118,7 @@ mod tests {
             deadline: None,
             holder: me.clone(),
             supersede: false,
+            answered: false,
         };
         let status = LockStatus::new(
             &name,

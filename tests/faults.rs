@@ -585,6 +585,60 @@ fn keeps_holding(w: &Scene, name: &str, token: u64) {
     }
 }
 
+/// After a grant that came too late (the backend answers, slowly), the backend going silent is
+/// an outage to ride out within `--wait`, like any waiter's: lockrun must not take the first
+/// unanswered try for a backend unreachable from the start (exit 69).
+fn silence_after_a_late_grant<S: Wire>() {
+    let (fx, w, proxy, via) = rig::<S>();
+    let ttl: Duration = humantime::parse_duration(TTL).unwrap();
+    let acquiring = proxy.hold_request(&fx.acquire_request("quiet"), Duration::from_millis(200));
+    let mut run = Proc::spawn(&mut w.cmd_via(
+        &via,
+        [
+            "--name", "quiet", "--ttl", TTL, "--wait", "40s", "--", "touch", "ran",
+        ],
+    ));
+    acquiring
+        .wait(SOON)
+        .expect("the acquire request never went through");
+    proxy.set_delay(Direction::ToClient, ttl + ttl / 5);
+    let said = |run: &Proc, what: &str| run.stderr_so_far().contains(what);
+    assert!(
+        wait_until(Duration::from_secs(20), || said(&run, "asking again")),
+        "no grant came too late: {}",
+        run.stderr_so_far()
+    );
+    proxy.blackhole();
+    let ridden = wait_until(Duration::from_secs(20), || {
+        said(&run, "retrying") || run.exited()
+    });
+    proxy.heal();
+    let out = run.wait(Duration::from_secs(60));
+    assert!(ridden, "no try went unanswered: {}", text(&out.stderr));
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    assert!(w.path("ran").exists());
+}
+
+/// The backends whose waiting engine is the shared one (a server-side line).
+mod silence_after_a_late_grant_is_ridden_out {
+    use super::*;
+
+    #[test]
+    fn on_redis() {
+        silence_after_a_late_grant::<RedisServer>();
+    }
+
+    #[test]
+    fn on_postgres() {
+        silence_after_a_late_grant::<PgServer>();
+    }
+
+    #[test]
+    fn on_mysql() {
+        silence_after_a_late_grant::<MySqlServer>();
+    }
+}
+
 /// `drills!(module, Fixture)`: one `#[test]` per drill, on that backend.
 /// A reply path slower than the lease (issue 10 item 3): every grant reaches lockrun after the
 /// lease it grants could already have expired on the server. lockrun must never start the command

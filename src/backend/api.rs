@@ -62,6 +62,10 @@ pub struct AcquireRequest {
     /// Newest-wins waiting: joining the line makes every older waiter that also passed
     /// `--supersede` give up.
     pub supersede: bool,
+    /// The backend already answered this run (it granted a lease that came too late to use), so
+    /// a try that gets no answer is an outage to ride out, not a backend unreachable from the
+    /// start.
+    pub answered: bool,
 }
 
 impl AcquireRequest {

@@ -160,7 +160,7 @@ pub async fn wait_in_line<L: Line + ?Sized>(
     };
     let mut bell = Bell::default();
     let mut nap = Nap::default();
-    let mut outage = Outage::default();
+    let mut outage = Outage::for_request(request);
     loop {
         // Taken just before the winning request is sent: the lease is counted from here.
         let sent_at = BootInstant::now();

@@ -7,7 +7,7 @@ use std::future::Future;
 use std::io::Read;
 use std::time::Duration;
 
-use crate::backend::BackendError;
+use crate::backend::{AcquireRequest, BackendError};
 use crate::clock::{BootInstant, BootTimer};
 
 /// Longest sleep between two tries when no release is announced; each try also renews the
@@ -117,6 +117,15 @@ impl Outage {
         }
     }
 
+    /// An outage tracker for `request`: its first failure is final only if the backend never
+    /// answered this run.
+    pub fn for_request(request: &AcquireRequest) -> Self {
+        Outage {
+            answered: request.answered,
+            failing_since: None,
+        }
+    }
+
     /// Whether the backend has answered a try yet.
     pub fn answered(&self) -> bool {
         self.answered
@@ -165,6 +174,33 @@ mod tests {
         let long_ago = BootInstant::now().saturating_sub(WAIT_OUTAGE);
         let mut outage = Outage::in_line();
         assert!(outage.failed(error(), long_ago, "check").is_err());
+    }
+
+    #[test]
+    fn a_request_the_backend_already_answered_rides_out_its_first_failure() {
+        let mut request = AcquireRequest {
+            name: crate::name::LockName::parse("n").unwrap(),
+            limit: 1,
+            mode: crate::backend::Mode::Exclusive,
+            ttl: Duration::from_secs(2),
+            deadline: None,
+            holder: crate::backend::HolderInfo::unknown(),
+            supersede: false,
+            answered: false,
+        };
+        let mut first_run = Outage::for_request(&request);
+        assert!(
+            first_run
+                .failed(error(), BootInstant::now(), "check")
+                .is_err()
+        );
+        request.answered = true;
+        let mut asked_again = Outage::for_request(&request);
+        assert!(
+            asked_again
+                .failed(error(), BootInstant::now(), "check")
+                .is_ok()
+        );
     }
 
     #[test]

@@ -30,7 +30,7 @@ impl Waits for Link {
         request: &AcquireRequest,
         mut cancel: Cancel<'_>,
     ) -> Result<Acquired, BackendError> {
-        let mut outage = Outage::default();
+        let mut outage = Outage::for_request(request);
         let mut rejoins = 0;
         loop {
             let session = tokio::select! {
