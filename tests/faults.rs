@@ -589,19 +589,7 @@ fn keeps_holding(w: &Scene, name: &str, token: u64) {
 /// an outage to ride out within `--wait`, like any waiter's: lockrun must not take the first
 /// unanswered try for a backend unreachable from the start (exit 69).
 fn silence_after_a_late_grant<S: Wire>() {
-    let (fx, w, proxy, via) = rig::<S>();
-    let ttl: Duration = humantime::parse_duration(TTL).unwrap();
-    let acquiring = proxy.hold_request(&fx.acquire_request("quiet"), Duration::from_millis(200));
-    let mut run = Proc::spawn(&mut w.cmd_via(
-        &via,
-        [
-            "--name", "quiet", "--ttl", TTL, "--wait", "40s", "--", "touch", "ran",
-        ],
-    ));
-    acquiring
-        .wait(SOON)
-        .expect("the acquire request never went through");
-    proxy.set_delay(Direction::ToClient, ttl + ttl / 5);
+    let (_fx, w, proxy, mut run) = run_with_late_grants::<S>("quiet", "40s");
     let said = |run: &Proc, what: &str| run.stderr_so_far().contains(what);
     assert!(
         wait_until(Duration::from_secs(20), || said(&run, "asking again")),
@@ -639,26 +627,31 @@ mod silence_after_a_late_grant_is_ridden_out {
     }
 }
 
-/// `drills!(module, Fixture)`: one `#[test]` per drill, on that backend.
-/// A reply path slower than the lease (issue 10 item 3): every grant reaches lockrun after the
-/// lease it grants could already have expired on the server. lockrun must never start the command
-/// on such a lease: it gives it back and asks again while `--wait` allows, then exits 76.
-fn late_grant<S: Wire>() {
+/// A run of `touch ran` on `name`, waiting up to `wait`, through a proxy whose replies turn
+/// slower than the lease from its first acquire on — not before: a connection handshake of
+/// several replies would otherwise time out before any grant could be late.
+fn run_with_late_grants<S: Wire>(name: &str, wait: &str) -> (S, Scene, Proxy, Proc) {
     let (fx, w, proxy, via) = rig::<S>();
     let ttl: Duration = humantime::parse_duration(TTL).unwrap();
-    // The replies turn slow from the first acquire on, not before: a connection handshake of
-    // several replies would otherwise time out before any grant could be late.
-    let acquiring = proxy.hold_request(&fx.acquire_request("late"), Duration::from_millis(200));
-    let mut run = Proc::spawn(&mut w.cmd_via(
+    let acquiring = proxy.hold_request(&fx.acquire_request(name), Duration::from_millis(200));
+    let run = Proc::spawn(&mut w.cmd_via(
         &via,
         [
-            "--name", "late", "--ttl", TTL, "--wait", "4s", "--", "touch", "ran",
+            "--name", name, "--ttl", TTL, "--wait", wait, "--", "touch", "ran",
         ],
     ));
     acquiring
         .wait(SOON)
         .expect("the acquire request never went through");
     proxy.set_delay(Direction::ToClient, ttl + ttl / 5);
+    (fx, w, proxy, run)
+}
+
+/// A reply path slower than the lease (issue 10 item 3): every grant reaches lockrun after the
+/// lease it grants could already have expired on the server. lockrun must never start the command
+/// on such a lease: it gives it back and asks again while `--wait` allows, then exits 76.
+fn late_grant<S: Wire>() {
+    let (_fx, w, proxy, mut run) = run_with_late_grants::<S>("late", "4s");
     let out = run.wait(Duration::from_secs(30));
     assert!(!w.path("ran").exists(), "a lease granted too late was used");
     let (status, said) = S::LATE_GRANT_ENDS;
@@ -674,6 +667,7 @@ fn late_grant<S: Wire>() {
     assert!(next.running());
 }
 
+/// `drills!(module, Fixture)`: one `#[test]` per drill, on that backend.
 macro_rules! drills {
     ($module:ident, $server:ty) => {
         drills!(@each $module, $server,
