@@ -113,10 +113,13 @@ impl SingleServer for Dynalite {
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log fd"))
             .stderr(log);
-        self.process =
-            ServerProcess::spawn_ready(&mut cmd, Self::PROGRAM, Duration::from_secs(20), || {
-                TcpStream::connect(("127.0.0.1", port)).is_ok()
-            });
+        self.process = ServerProcess::spawn_ready(
+            &mut cmd,
+            Self::PROGRAM,
+            port,
+            Duration::from_secs(20),
+            || TcpStream::connect(("127.0.0.1", port)).is_ok(),
+        );
         self.process.is_some()
     }
 

@@ -209,10 +209,13 @@ impl SingleServer for MySqlServer {
     fn launch(&mut self, port: u16) -> bool {
         self.port = port;
         let mut cmd = self.command();
-        self.process =
-            ServerProcess::spawn_ready(&mut cmd, Self::PROGRAM, Duration::from_secs(30), || {
-                greets(port)
-            });
+        self.process = ServerProcess::spawn_ready(
+            &mut cmd,
+            Self::PROGRAM,
+            port,
+            Duration::from_secs(30),
+            || greets(port),
+        );
         self.process.is_some()
     }
 

@@ -112,7 +112,7 @@ impl PgBouncer {
                     .is_ok_and(|out| out.status.success())
             };
             let name = "pgbouncer (apt-get install pgbouncer)";
-            ServerProcess::spawn_ready(&mut cmd, name, Duration::from_secs(10), ready)
+            ServerProcess::spawn_ready(&mut cmd, name, port, Duration::from_secs(10), ready)
                 .map(|process| (process, port))
         });
         match started {

@@ -242,13 +242,18 @@ impl SingleServer for PgServer {
         self.port = port;
         let mut cmd = self.command();
         let isready = self.bin.join("pg_isready");
-        self.process =
-            ServerProcess::spawn_ready(&mut cmd, Self::PROGRAM, Duration::from_secs(20), || {
+        self.process = ServerProcess::spawn_ready(
+            &mut cmd,
+            Self::PROGRAM,
+            port,
+            Duration::from_secs(20),
+            || {
                 Command::new(&isready)
                     .args(["-q", "-h", "127.0.0.1", "-p", &port.to_string(), "-t", "1"])
                     .status()
                     .is_ok_and(|s| s.success())
-            });
+            },
+        );
         self.process.is_some()
     }
 

@@ -141,14 +141,19 @@ impl SingleServer for RedisServer {
         self.port = port;
         let mut cmd = self.command();
         let tls = self.tls.is_some();
-        self.process =
-            ServerProcess::spawn_ready(&mut cmd, Self::PROGRAM, Duration::from_secs(10), || {
+        self.process = ServerProcess::spawn_ready(
+            &mut cmd,
+            Self::PROGRAM,
+            port,
+            Duration::from_secs(10),
+            || {
                 match tls {
                     // Listening is as much as can be seen without a TLS client.
                     true => TcpStream::connect(("127.0.0.1", port)).is_ok(),
                     false => answers_ping(port),
                 }
-            });
+            },
+        );
         self.process.is_some()
     }
 

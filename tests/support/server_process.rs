@@ -48,16 +48,21 @@ impl ServerProcess {
         }
     }
 
-    /// Spawns `cmd` and polls `ready` for up to `timeout`; `None` (and the process killed) if it
-    /// exited or never got ready.
+    /// Spawns `cmd`, a server that is to listen on `port`, and polls `ready` for up to `timeout`;
+    /// `None` (and the process killed) if it exited or never got ready. Ready also means that
+    /// this server holds the port: the answer `ready` saw may come from another test's server
+    /// that took the port first, while this one fails to bind it.
     pub fn spawn_ready(
         cmd: &mut Command,
         name: &'static str,
+        port: u16,
         timeout: Duration,
         mut ready: impl FnMut() -> bool,
     ) -> Option<Self> {
         let server = Self::spawn(cmd, name);
-        let got_ready = wait_until(timeout, || !server.running() || ready());
+        let got_ready = wait_until(timeout, || {
+            !server.running() || (ready() && listens_on(&server.processes(), port))
+        });
         (got_ready && server.running()).then_some(server)
     }
 
@@ -131,6 +136,34 @@ impl Drop for ServerProcess {
     }
 }
 
+/// Whether one of `pids` has a TCP socket listening on `port` (IPv4 or IPv6): the listening
+/// sockets' inodes from `/proc/net/tcp{,6}`, found among the processes' descriptors.
+fn listens_on(pids: &[i32], port: u16) -> bool {
+    let mut inodes = std::collections::HashSet::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let text = std::fs::read_to_string(table).unwrap_or_default();
+        for line in text.lines().skip(1) {
+            // `sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout
+            // inode`; a port in hex after the address's last `:`, state 0A = LISTEN.
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let local_port = fields
+                .get(1)
+                .and_then(|address| address.rsplit(':').next())
+                .and_then(|hex| u16::from_str_radix(hex, 16).ok());
+            if local_port == Some(port) && fields.get(3) == Some(&"0A") {
+                inodes.extend(fields.get(9).map(|inode| format!("socket:[{inode}]")));
+            }
+        }
+    }
+    pids.iter().any(|pid| {
+        let fds = std::fs::read_dir(format!("/proc/{pid}/fd"));
+        fds.into_iter().flatten().flatten().any(|fd| {
+            std::fs::read_link(fd.path())
+                .is_ok_and(|target| inodes.contains(target.to_string_lossy().as_ref()))
+        })
+    })
+}
+
 fn signal(pid: i32, signal: Signal) -> nix::Result<()> {
     kill(Pid::from_raw(pid), signal)
 }
@@ -173,4 +206,12 @@ pub fn append_log(path: &Path) -> File {
         .append(true)
         .open(path)
         .unwrap_or_else(|err| panic!("open {}: {err}", path.display()))
+}
+
+#[test]
+fn a_port_counts_as_held_only_by_the_process_listening_on_it() {
+    let listener = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    assert!(listens_on(&[std::process::id() as i32], port));
+    assert!(!listens_on(&[1], port), "init does not hold it");
 }
