@@ -19,6 +19,9 @@ use super::fixture::{Counter, Fixture, free_port};
 use super::server_process::{ServerProcess, append_log};
 use super::single_server::SingleServer;
 
+/// How long dynalite (node) may take to listen.
+const READY_WITHIN: Duration = Duration::from_secs(20);
+
 /// The table every test's URL names.
 pub const TABLE: &str = "locks";
 
@@ -113,13 +116,10 @@ impl SingleServer for Dynalite {
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log fd"))
             .stderr(log);
-        self.process = ServerProcess::spawn_ready(
-            &mut cmd,
-            Self::PROGRAM,
-            port,
-            Duration::from_secs(20),
-            || TcpStream::connect(("127.0.0.1", port)).is_ok(),
-        );
+        self.process =
+            ServerProcess::spawn_ready(&mut cmd, Self::PROGRAM, port, READY_WITHIN, || {
+                TcpStream::connect(("127.0.0.1", port)).is_ok()
+            });
         self.process.is_some()
     }
 

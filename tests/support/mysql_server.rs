@@ -24,6 +24,9 @@ use super::server_process::{ServerProcess, sent};
 use super::single_server::SingleServer;
 use super::wait::{answer, text};
 
+/// How long mariadbd may take to greet clients (InnoDB starts first).
+const READY_WITHIN: Duration = Duration::from_secs(30);
+
 /// The database the tests' URLs name.
 pub const DATABASE: &str = "lockrun_test";
 /// The user a password-protected server's clients log in as.
@@ -209,13 +212,10 @@ impl SingleServer for MySqlServer {
     fn launch(&mut self, port: u16) -> bool {
         self.port = port;
         let mut cmd = self.command();
-        self.process = ServerProcess::spawn_ready(
-            &mut cmd,
-            Self::PROGRAM,
-            port,
-            Duration::from_secs(30),
-            || greets(port),
-        );
+        self.process =
+            ServerProcess::spawn_ready(&mut cmd, Self::PROGRAM, port, READY_WITHIN, || {
+                greets(port)
+            });
         self.process.is_some()
     }
 

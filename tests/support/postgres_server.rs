@@ -20,6 +20,9 @@ use super::server_user::ServerUser;
 use super::single_server::SingleServer;
 use super::wait::answer;
 
+/// How long a new PostgreSQL cluster may take to accept connections.
+const READY_WITHIN: Duration = Duration::from_secs(20);
+
 /// The user name of the cluster's superuser.
 pub const SUPERUSER: &str = "postgres";
 
@@ -242,18 +245,13 @@ impl SingleServer for PgServer {
         self.port = port;
         let mut cmd = self.command();
         let isready = self.bin.join("pg_isready");
-        self.process = ServerProcess::spawn_ready(
-            &mut cmd,
-            Self::PROGRAM,
-            port,
-            Duration::from_secs(20),
-            || {
+        self.process =
+            ServerProcess::spawn_ready(&mut cmd, Self::PROGRAM, port, READY_WITHIN, || {
                 Command::new(&isready)
                     .args(["-q", "-h", "127.0.0.1", "-p", &port.to_string(), "-t", "1"])
                     .status()
                     .is_ok_and(|s| s.success())
-            },
-        );
+            });
         self.process.is_some()
     }
 

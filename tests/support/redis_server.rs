@@ -15,6 +15,9 @@ use super::server_process::{ServerProcess, sent};
 use super::single_server::SingleServer;
 use super::wait::answer;
 
+/// How long redis-server may take to answer.
+const READY_WITHIN: Duration = Duration::from_secs(10);
+
 /// A running `redis-server` owned by one test.
 pub struct RedisServer {
     /// Declared first: killed (on drop) before its directory is removed.
@@ -141,19 +144,14 @@ impl SingleServer for RedisServer {
         self.port = port;
         let mut cmd = self.command();
         let tls = self.tls.is_some();
-        self.process = ServerProcess::spawn_ready(
-            &mut cmd,
-            Self::PROGRAM,
-            port,
-            Duration::from_secs(10),
-            || {
+        self.process =
+            ServerProcess::spawn_ready(&mut cmd, Self::PROGRAM, port, READY_WITHIN, || {
                 match tls {
                     // Listening is as much as can be seen without a TLS client.
                     true => TcpStream::connect(("127.0.0.1", port)).is_ok(),
                     false => answers_ping(port),
                 }
-            },
-        );
+            });
         self.process.is_some()
     }
 
