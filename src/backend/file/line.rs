@@ -24,8 +24,9 @@
 //! only the tickets nearest to it in that list, dropping those that went. The line's *floor*
 //! (the file `floor`, a ticket below which every ticket is gone, raised by each exclusive
 //! waiter that finds nobody left ahead of it) lets a look drop at once the tickets that went
-//! since the last, so a look costs the same in a line of ten and of a thousand. Shared holders keep their records here too, as `H<token>`
-//! files they hold locked.
+//! since the last, so a look costs the same in a line of ten and of a thousand.
+//!
+//! Shared holders keep their records here too, as `H<token>` files they hold locked.
 
 use std::fs::{File, TryLockError};
 use std::io::{self, Write};
