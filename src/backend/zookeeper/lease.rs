@@ -99,8 +99,18 @@ impl Lease for ZkLease {
             slot,
             ..
         } = *self;
-        let deleted = delete(&session, &node, slot.as_deref()).await;
+        let mut deleted = delete(&session, &node, slot.as_deref()).await;
         link.unshare(&session);
+        if matches!(deleted, Err(zk::Error::Timeout | zk::Error::ConnectionLoss)) {
+            // No answer on the run's own session: after the ensemble restarted, its client may
+            // still be backing off between reconnections. A fresh session connects at once. The
+            // znode is this run's alone, and the slot goes only together with it (one `multi`),
+            // so this is still the owner's release.
+            if let Ok(fresh) = link.inspector().await {
+                deleted = delete(&fresh.client, &node, slot.as_deref()).await;
+                fresh.done().await;
+            }
+        }
         let closed = close(session, CLOSE_WAIT).await;
         match deleted {
             Ok(()) => {}
