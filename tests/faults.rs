@@ -607,7 +607,8 @@ fn silence_after_a_late_grant<S: Wire>() {
     assert!(w.path("ran").exists());
 }
 
-/// The backends whose waiting engine is the shared one (a server-side line).
+/// Every backend whose grants can come too late: the shared waiting engine's, and etcd's own
+/// loop. (On ZooKeeper replies that slow expire the session itself: no grant is ever taken.)
 mod silence_after_a_late_grant_is_ridden_out {
     use super::*;
 
@@ -624,6 +625,16 @@ mod silence_after_a_late_grant_is_ridden_out {
     #[test]
     fn on_mysql() {
         silence_after_a_late_grant::<MySqlServer>();
+    }
+
+    #[test]
+    fn on_dynamodb() {
+        silence_after_a_late_grant::<Dynalite>();
+    }
+
+    #[test]
+    fn on_etcd() {
+        silence_after_a_late_grant::<Etcd<1>>();
     }
 }
 

@@ -13,7 +13,9 @@
 //! release waits for that write. A run that gives up (deadline, cancellation, a newer
 //! `--supersede` waiter) or fails revokes its lease before returning (the key goes with it), so it
 //! leaves no holder and no waiter behind; if the revoke cannot be sent within the leave timeout,
-//! the lease expires within one TTL anyway.
+//! the lease expires within one TTL anyway. A pass that fails is final unless the cluster already
+//! answered this run (a grant that came too late); then the waiter joins again after a pause,
+//! riding the outage out as any waiter does.
 
 use std::sync::Arc;
 
@@ -29,7 +31,7 @@ use super::record::Record;
 use super::turn::{Turn, Turned};
 use super::waiting::Keeper;
 use crate::backend::waiting::networked::Waits;
-use crate::backend::waiting::policy::LEAVE_TIMEOUT;
+use crate::backend::waiting::policy::{LEAVE_TIMEOUT, Outage};
 use crate::backend::{
     AcquireRequest, Acquired, BackendError, Cancel, Grant, HolderInfo, Inspect, RenewError,
 };
@@ -37,6 +39,8 @@ use crate::clock::BootInstant;
 
 /// How many times a waiter whose lease expired in line joins again before giving up.
 const MAX_REJOINS: u32 = 3;
+/// Pause before joining again after a pass failed in an outage being ridden out.
+const OUTAGE_RETRY: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// How one pass through the line ended.
 enum Outcome {
@@ -66,8 +70,12 @@ impl Waits for Link {
     ) -> Result<Acquired, BackendError> {
         let keys = Keys::new(&request.name);
         let mut rejoins = 0;
+        // A failed pass is final unless the cluster already answered this run (see
+        // `AcquireRequest::answered`); then it is an outage, ridden out like any waiter's.
+        let mut outage = Outage::for_request(request);
         loop {
             let lease = lease_id()?;
+            let sent_at = BootInstant::now();
             let mut cleanup = Revoke {
                 link: Arc::clone(link),
                 lease: Some(lease),
@@ -92,6 +100,7 @@ impl Waits for Link {
                 }
                 Ok(Outcome::LeaseLost) => {
                     cleanup.lease = None;
+                    outage.ok();
                     if request.expired() {
                         return Ok(Acquired::Busy);
                     }
@@ -107,7 +116,19 @@ impl Waits for Link {
                 }
                 Ok(Outcome::Busy) => Ok(Acquired::Busy),
                 Ok(Outcome::Superseded(newer)) => Ok(Acquired::Superseded(newer)),
-                Err(e) => Err(e),
+                Err(e) => match outage.failed(e, sent_at, "join the line") {
+                    Ok(()) => {
+                        cleanup.now().await;
+                        if request.expired() {
+                            return Ok(Acquired::Busy);
+                        }
+                        tokio::select! {
+                            () = tokio::time::sleep(OUTAGE_RETRY) => continue,
+                            () = cancel.as_mut() => return Ok(Acquired::Cancelled),
+                        }
+                    }
+                    Err(e) => Err(e),
+                },
             };
             // Every way of giving up revokes the lease first.
             cleanup.now().await;
