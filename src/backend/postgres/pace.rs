@@ -1,16 +1,15 @@
 //! When a waiter that cannot be woken looks at the line again: what it knows ([`View`] — where
 //! it stands, and how fast the line has been moving, by the server's clock, as a try or a look
-//! answered) and the pacing rule
-//! ([`pause`]). A waiter that a release would wake looks every tenth of the time it has been next
-//! (at least every 5 ms, at most every 100 ms), so a handoff costs a few milliseconds after a
-//! short hold and at most a tenth of a long one, never more than 100 ms. A waiter further back
-//! looks again when about half of its expected wait has passed (its places ahead times the time
-//! one place took lately), so it is looking fast by the time its turn comes; while a hold lasts
-//! longer than usual the first 16 waiters look at least every twentieth of that hold (so a short
-//! line follows closely when it starts moving again); and a waiter whose turn is
-//! more than a couple of seconds off does not look at all (the engine's one-second re-check tells
-//! it where it stands). Each waiter looks O(log N) times over its whole wait, so the looks per
-//! handoff do not grow with the line.
+//! answered) and the pacing rule ([`pause`]). A waiter that a release would wake looks every
+//! tenth of the time it has been next (at least every 5 ms, at most every 100 ms), so a handoff
+//! costs a few milliseconds after a short hold and at most a tenth of a long one, never more than
+//! 100 ms. A waiter further back looks again when about half of its expected wait has passed (its
+//! places ahead times the time one place took lately), so it is looking fast by the time its turn
+//! comes; while a hold lasts longer than usual the first 16 waiters look at least every twentieth
+//! of that hold (so a short line follows closely when it starts moving again); and a waiter whose
+//! turn is more than a couple of seconds off does not look at all (the engine's one-second
+//! re-check tells it where it stands). Each waiter looks O(log N) times over its whole wait, so
+//! the looks per handoff do not grow with the line.
 
 use std::time::Duration;
 
