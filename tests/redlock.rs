@@ -4,7 +4,8 @@
 //! with five:
 //!
 //! - a minority killed, frozen (SIGSTOP) or cut off (the proxy drops its traffic) under a holder:
-//!   the command runs on, nobody else gets the lock, and it ends normally;
+//!   the command runs on, nobody else gets the lock, and it ends normally; with one master killed
+//!   and another late, a newcomer still hears a quorum and waits its turn;
 //! - a majority lost: the command is stopped before its lease could expire, counted from the last
 //!   renewal a quorum confirmed, and lockrun exits 76;
 //! - a minority restarted empty: no second holder appears, and tokens keep rising;
@@ -118,6 +119,22 @@ fn a_silent_minority_changes_nothing() {
 #[test]
 fn two_of_five_masters_lost_change_nothing() {
     minority_lost::<5>(&[Fault::Kill, Fault::Blackhole]);
+}
+
+/// One master killed and another answering late: a newcomer's round hears the late master out
+/// before it says whether a quorum answered, and so waits its turn (75) instead of calling the
+/// masters unreachable (69) when the dead master's refusal comes first.
+#[test]
+fn a_killed_master_and_a_late_one_still_answer_a_newcomer() {
+    let mut fx = RedlockServers::<3>::start();
+    let (proxies, via) = fx.proxied_each();
+    let s = Scene::new(fx.url());
+    let mut holder = s.hold_via(&via, "late", "h", &["--ttl", TTL]);
+    fx.master_mut(0).kill();
+    proxies[2].set_delay(Direction::ToClient, Duration::from_millis(60));
+    locked_out(&s, &via, "late", "1s");
+    let out = holder.finish();
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
 }
 
 /// A holder through one proxy per master loses a majority to `fault`: its command must be dead by

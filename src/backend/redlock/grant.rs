@@ -111,10 +111,15 @@ impl Tally {
             .map(|(slot, _)| slot)
     }
 
-    /// Whether the answers still to come cannot change the outcome.
+    /// Whether the answers still to come cannot change the outcome. A round no grant can win
+    /// still needs a quorum of answers (or too few masters left to give them): with fewer, "wait
+    /// your turn" and "no quorum answered" are not yet told apart.
     fn decided(&self, quorum: usize, outstanding: usize) -> bool {
         let best = self.best().map_or(0, |(_, count)| count);
-        best >= quorum || best + outstanding < quorum || self.superseded_by.is_some()
+        let answers_known = self.answered >= quorum || self.answered + outstanding < quorum;
+        best >= quorum
+            || (best + outstanding < quorum && answers_known)
+            || self.superseded_by.is_some()
     }
 }
 
@@ -310,5 +315,26 @@ mod tests {
         assert_eq!(tally.soonest, Some(Duration::from_millis(200)));
         tally.add(2, Err(BackendError::Unsupported("down".into())), "c");
         assert_eq!((tally.answered, tally.failures.len()), (2, 1));
+    }
+
+    #[test]
+    fn a_failure_and_a_refusal_wait_for_the_last_master_to_tell_waiting_from_no_quorum() {
+        let mut tally = Tally::default();
+        tally.add(0, Err(BackendError::Unsupported("down".into())), "a");
+        tally.add(1, refused(500, 7), "b");
+        assert!(
+            !tally.decided(2, 1),
+            "one answer of three cannot say a quorum answered"
+        );
+        tally.add(2, refused(300, 8), "c");
+        assert!(tally.decided(2, 0));
+        assert_eq!(tally.answered, 2);
+        let mut tally = Tally::default();
+        tally.add(0, Err(BackendError::Unsupported("down".into())), "a");
+        tally.add(1, Err(BackendError::Unsupported("down".into())), "b");
+        assert!(
+            tally.decided(2, 1),
+            "two failures of three leave no quorum to wait for"
+        );
     }
 }
