@@ -93,6 +93,44 @@ fn a_first_use_waits_for_a_slow_creation_of_the_tables() {
     assert_a_first_use_waits_for_a_slow_creator(&s, creator, HELD);
 }
 
+/// A first use whose creator holds the tables' lock past the 20 s lockrun waits for it gives up
+/// with a one-line error naming the cause, and never runs the command; once the creator lets go,
+/// the next run creates the tables and runs.
+#[test]
+fn a_first_use_gives_up_on_a_creator_that_never_finishes() {
+    let server = MySqlServer::start();
+    let s = Scene::new(server.url());
+    let mut creator = std::process::Command::new("mariadb")
+        .arg("--no-defaults")
+        .arg(format!("--socket={}", server.socket().display()))
+        .args(["-uroot", "--batch", "--skip-column-names", "-e"])
+        .arg(format!("SELECT GET_LOCK('{}', 0); SELECT SLEEP(120);", ddl_lock()))
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("run the mariadb client");
+    assert!(
+        wait_until(SOON, || server.sql(&format!(
+            "SELECT IS_USED_LOCK('{}') IS NOT NULL",
+            ddl_lock()
+        )) == "1"),
+        "the client never took the tables' lock"
+    );
+    let out = s.run(["--name", "first", "--", "touch", "ran"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(code(&out), 69, "{stderr}");
+    assert!(
+        stderr.contains("another lockrun took too long creating lockrun's tables"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+    assert!(!s.path("ran").exists(), "the command ran without the tables");
+    creator.kill().expect("end the client");
+    creator.wait().expect("reap the client");
+    let out = s.run(["--name", "first", "--", "touch", "ran"]);
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    assert!(s.path("ran").exists());
+}
+
 #[test]
 fn the_table_prefix_can_be_chosen_and_is_validated() {
     let server = MySqlServer::start();
