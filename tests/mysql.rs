@@ -104,7 +104,10 @@ fn a_first_use_gives_up_on_a_creator_that_never_finishes() {
         .arg("--no-defaults")
         .arg(format!("--socket={}", server.socket().display()))
         .args(["-uroot", "--batch", "--skip-column-names", "-e"])
-        .arg(format!("SELECT GET_LOCK('{}', 0); SELECT SLEEP(120);", ddl_lock()))
+        .arg(format!(
+            "SELECT GET_LOCK('{}', 0); SELECT SLEEP(120);",
+            ddl_lock()
+        ))
         .stdout(std::process::Stdio::null())
         .spawn()
         .expect("run the mariadb client");
@@ -123,7 +126,10 @@ fn a_first_use_gives_up_on_a_creator_that_never_finishes() {
         "{stderr}"
     );
     assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
-    assert!(!s.path("ran").exists(), "the command ran without the tables");
+    assert!(
+        !s.path("ran").exists(),
+        "the command ran without the tables"
+    );
     creator.kill().expect("end the client");
     creator.wait().expect("reap the client");
     let out = s.run(["--name", "first", "--", "touch", "ran"]);

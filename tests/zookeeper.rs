@@ -1,7 +1,7 @@
 //! What only the `zk://` backend has: session timeouts clamped to the ensemble's tick bounds, a
 //! three-member ensemble that must ride through the loss of its leader but not of its quorum,
-//! digest ACLs, chroots, and the predecessor watches that keep a release from waking the whole
-//! line; and the run-form modes that no conformance scenario covers yet (`--shared`,
+//! digest ACLs, chroots, the predecessor watches that keep a release from waking the whole line,
+//! and a release sent again on a fresh session when the run's own gets no answer; and the run-form modes that no conformance scenario covers yet (`--shared`,
 //! `--supersede`, `--min-interval` by the ensemble's clock). Everything the backend shares with
 //! the others is in the conformance suite.
 
@@ -315,4 +315,31 @@ fn min_interval_is_decided_by_the_ensembles_clock() {
     }
     let runs = std::fs::read_to_string(s.path("runs")).unwrap_or_default();
     assert_eq!(runs.lines().count(), 1, "{runs}");
+}
+
+/// Guards against a release that, finding no answer on the run's own session (its client may
+/// still be backing off between reconnections), leaves the name held until that session
+/// expires: the delete goes again on a fresh session, so the name is free once lockrun exits.
+/// Here the proxy holds the run's delete back for a minute, well past the release's deadline and
+/// the 10 s session.
+#[test]
+fn a_release_unanswered_on_the_runs_session_is_sent_on_a_fresh_one() {
+    let zk = ZooKeeper::<1>::start();
+    let (proxy, via) = zk.proxied().expect("a proxy in front of the member");
+    let s = Scene::new(&via);
+    let mut holder = s.hold("fallback", "h", &["--ttl", LONGEST]);
+    let held = proxy.hold_request(b"fallback", Duration::from_secs(60));
+    let out = holder.finish();
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    assert!(
+        held.fired().is_some(),
+        "the release never went out on the run's session"
+    );
+    let out = s.run(["--name", "fallback", "--no-wait", "--", "true"]);
+    assert_eq!(
+        code(&out),
+        0,
+        "the name stayed held after lockrun exited: {}",
+        text(&out.stderr)
+    );
 }
