@@ -1,9 +1,10 @@
 //! What only the `zk://` backend has: session timeouts clamped to the ensemble's tick bounds, a
 //! three-member ensemble that must ride through the loss of its leader but not of its quorum,
 //! digest ACLs, chroots, the predecessor watches that keep a release from waking the whole line,
-//! and a release sent again on a fresh session when the run's own gets no answer; and the run-form modes that no conformance scenario covers yet (`--shared`,
-//! `--supersede`, `--min-interval` by the ensemble's clock). Everything the backend shares with
-//! the others is in the conformance suite.
+//! and a release sent again on a fresh session when the run's own gets no answer; and the
+//! run-form modes that no conformance scenario covers yet (`--shared`, `--supersede`,
+//! `--min-interval` by the ensemble's clock). Everything the backend shares with the others is in
+//! the conformance suite.
 
 use std::time::{Duration, Instant};
 
