@@ -62,15 +62,9 @@ fn ddl_lock() -> String {
     format!("lockrun-ddl:{hash:016x}")
 }
 
-/// A first use that finds another lockrun still creating the tables (here: holding their lock
-/// for longer than a request, or one statement, may take) waits for it quietly and then runs:
-/// creating the tables has a budget of its own, not a request's few seconds, and the wait for the
-/// lock is not cut off by the session's 5 s statement limit.
-#[test]
-fn a_first_use_waits_for_a_slow_creation_of_the_tables() {
-    const HELD: Duration = Duration::from_secs(7);
-    let server = MySqlServer::start();
-    let s = Scene::new(server.url());
+/// A `mariadb` client that takes the tables' lock, as a lockrun creating them would, and keeps
+/// it for `held` (or until it is ended); returns once the server shows the lock taken.
+fn hold_the_tables_lock(server: &MySqlServer, held: Duration) -> std::process::Child {
     let creator = std::process::Command::new("mariadb")
         .arg("--no-defaults")
         .arg(format!("--socket={}", server.socket().display()))
@@ -78,7 +72,7 @@ fn a_first_use_waits_for_a_slow_creation_of_the_tables() {
         .arg(format!(
             "SELECT GET_LOCK('{}', 0); SELECT SLEEP({});",
             ddl_lock(),
-            HELD.as_secs()
+            held.as_secs()
         ))
         .stdout(std::process::Stdio::null())
         .spawn()
@@ -90,6 +84,19 @@ fn a_first_use_waits_for_a_slow_creation_of_the_tables() {
         )) == "1"),
         "the client never took the tables' lock"
     );
+    creator
+}
+
+/// A first use that finds another lockrun still creating the tables (here: holding their lock
+/// for longer than a request, or one statement, may take) waits for it quietly and then runs:
+/// creating the tables has a budget of its own, not a request's few seconds, and the wait for the
+/// lock is not cut off by the session's 5 s statement limit.
+#[test]
+fn a_first_use_waits_for_a_slow_creation_of_the_tables() {
+    const HELD: Duration = Duration::from_secs(7);
+    let server = MySqlServer::start();
+    let s = Scene::new(server.url());
+    let creator = hold_the_tables_lock(&server, HELD);
     assert_a_first_use_waits_for_a_slow_creator(&s, creator, HELD);
 }
 
@@ -100,24 +107,7 @@ fn a_first_use_waits_for_a_slow_creation_of_the_tables() {
 fn a_first_use_gives_up_on_a_creator_that_never_finishes() {
     let server = MySqlServer::start();
     let s = Scene::new(server.url());
-    let mut creator = std::process::Command::new("mariadb")
-        .arg("--no-defaults")
-        .arg(format!("--socket={}", server.socket().display()))
-        .args(["-uroot", "--batch", "--skip-column-names", "-e"])
-        .arg(format!(
-            "SELECT GET_LOCK('{}', 0); SELECT SLEEP(120);",
-            ddl_lock()
-        ))
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .expect("run the mariadb client");
-    assert!(
-        wait_until(SOON, || server.sql(&format!(
-            "SELECT IS_USED_LOCK('{}') IS NOT NULL",
-            ddl_lock()
-        )) == "1"),
-        "the client never took the tables' lock"
-    );
+    let mut creator = hold_the_tables_lock(&server, Duration::from_secs(120));
     let out = s.run(["--name", "first", "--", "touch", "ran"]);
     let stderr = text(&out.stderr);
     assert_eq!(code(&out), 69, "{stderr}");

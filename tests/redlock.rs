@@ -123,7 +123,7 @@ fn two_of_five_masters_lost_change_nothing() {
 
 /// One master killed and another answering late: a newcomer's round hears the late master out
 /// before it says whether a quorum answered, and so waits its turn (75) instead of calling the
-/// masters unreachable (69) when the dead master's refusal comes first.
+/// masters unreachable (69) when the dead master's failure and one refusal come first.
 #[test]
 fn a_killed_master_and_a_late_one_still_answer_a_newcomer() {
     let mut fx = RedlockServers::<3>::start();
