@@ -14,9 +14,9 @@
 //! **The run's functions together.** `tools/startup-order.txt` lists the functions a short run
 //! executes (written by `tools/startup_order.py`); lld places them first, so that they share a few
 //! pages instead of touching about 25 more windows of the 8 MB of code: 0.1–0.15 ms and 2.5 MiB of
-//! peak RSS a run.
-//! Whether the linker takes the list is tried once, by linking an empty program with it; a linker
-//! that does not (GNU ld) links as before. Names in the list that no longer match are skipped.
+//! peak RSS a run. Whether the linker takes the list is tried once, by linking an empty program
+//! with it; a linker that does not (GNU ld) links as before. Names in the list that no longer
+//! match are skipped.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
