@@ -49,7 +49,8 @@ pub fn write(path: &Path, token: u64, value: &str) -> io::Result<Answer> {
         .open(path)?;
     // Released when the file is closed, after the line is written.
     file.lock()?;
-    let highest = highest_accepted(&read_all(&mut file)?);
+    let journal = read_all(&mut file)?;
+    let highest = highest_accepted(&journal);
     let answer = match highest {
         Some(highest) if token < highest => Answer::Rejected { highest },
         _ => Answer::Accepted,
@@ -59,7 +60,15 @@ pub fn write(path: &Path, token: u64, value: &str) -> io::Result<Answer> {
         Answer::Rejected { .. } => "rejected",
     };
     let at = BootInstant::now().since_boot().as_nanos();
-    writeln!(file, "{verb} {at} {token} {value}")?;
+    // One write, so that a writer killed mid-line (a holder's command stopped as its lease is
+    // lost) cannot leave half a line; and a line of its own after one torn by older code or a
+    // crash, which would otherwise swallow this one.
+    let torn = !journal.is_empty() && !journal.ends_with('\n');
+    let line = format!(
+        "{}{verb} {at} {token} {value}\n",
+        if torn { "\n" } else { "" }
+    );
+    file.write_all(line.as_bytes())?;
     Ok(answer)
 }
 
@@ -202,6 +211,23 @@ mod tests {
         let parsed = parse("accepted 1 2 x\ngarbage\naccepted 5 nope y\nrejected 3 1 z");
         assert_eq!(parsed.len(), 2);
         assert_eq!(highest_accepted("accepted 1 2 x\nrejected 3 9 z"), Some(2));
+    }
+
+    #[test]
+    fn a_write_after_a_torn_line_is_still_recorded() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join("store");
+        std::fs::write(&store, "accepted 1 10 a:before\naccepted 2 1").unwrap();
+        assert_eq!(
+            write(&store, 9, "a:delayed").unwrap(),
+            Answer::Rejected { highest: 10 }
+        );
+        let seen: Vec<(u64, String)> = journal(&store)
+            .unwrap()
+            .into_iter()
+            .map(|e| (e.token, e.value))
+            .collect();
+        assert_eq!(seen, [(10, "a:before".into()), (9, "a:delayed".into())]);
     }
 
     #[test]
