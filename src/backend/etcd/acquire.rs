@@ -31,7 +31,7 @@ use super::record::Record;
 use super::turn::{Turn, Turned};
 use super::waiting::Keeper;
 use crate::backend::waiting::networked::Waits;
-use crate::backend::waiting::policy::{LEAVE_TIMEOUT, Outage};
+use crate::backend::waiting::policy::{LEAVE_TIMEOUT, OUTAGE_PAUSE, Outage};
 use crate::backend::{
     AcquireRequest, Acquired, BackendError, Cancel, Grant, HolderInfo, Inspect, RenewError,
 };
@@ -39,8 +39,6 @@ use crate::clock::BootInstant;
 
 /// How many times a waiter whose lease expired in line joins again before giving up.
 const MAX_REJOINS: u32 = 3;
-/// Pause before joining again after a pass failed in an outage being ridden out.
-const OUTAGE_RETRY: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// How one pass through the line ended.
 enum Outcome {
@@ -123,7 +121,7 @@ impl Waits for Link {
                             return Ok(Acquired::Busy);
                         }
                         tokio::select! {
-                            () = tokio::time::sleep(OUTAGE_RETRY) => continue,
+                            () = tokio::time::sleep(OUTAGE_PAUSE) => continue,
                             () = cancel.as_mut() => return Ok(Acquired::Cancelled),
                         }
                     }

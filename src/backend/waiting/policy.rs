@@ -18,6 +18,9 @@ pub const SAFETY_RECHECK: Duration = Duration::from_secs(1);
 pub const HEARTBEAT: Duration = Duration::from_secs(3);
 /// How long a waiter keeps waiting through a server outage before giving up (exit 69).
 pub const WAIT_OUTAGE: Duration = Duration::from_secs(10);
+/// The pause between two tries of a backend's own waiting loop (etcd, ZooKeeper) during an outage
+/// it rides out.
+pub const OUTAGE_PAUSE: Duration = Duration::from_millis(500);
 /// How long a waiter that gives up may spend leaving the line before exiting; if leaving takes
 /// longer, its place lapses by itself (its heartbeat, or its lease).
 pub const LEAVE_TIMEOUT: Duration = Duration::from_secs(1);

@@ -12,14 +12,12 @@ use async_trait::async_trait;
 use super::contender::{Contender, Outcome};
 use super::link::Link;
 use crate::backend::waiting::networked::Waits;
-use crate::backend::waiting::policy::{Outage, WAIT_OUTAGE, owner_id};
+use crate::backend::waiting::policy::{OUTAGE_PAUSE, Outage, WAIT_OUTAGE, owner_id};
 use crate::backend::{AcquireRequest, Acquired, BackendError, Cancel, Inspect};
 use crate::clock::BootInstant;
 
 /// How many times a waiter whose place was lost joins again before giving up.
 const MAX_REJOINS: u32 = 3;
-/// Pause between two tries to open a session during an outage.
-const RECONNECT: std::time::Duration = std::time::Duration::from_millis(500);
 
 #[async_trait]
 impl Waits for Link {
@@ -108,6 +106,6 @@ async fn open(
                 ),
             });
         }
-        tokio::time::sleep(RECONNECT).await;
+        tokio::time::sleep(OUTAGE_PAUSE).await;
     }
 }
