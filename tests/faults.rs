@@ -607,37 +607,6 @@ fn silence_after_a_late_grant<S: Wire>() {
     assert!(w.path("ran").exists());
 }
 
-/// Every backend whose grants can come too late: the shared waiting engine's, and etcd's own
-/// loop. (On ZooKeeper replies that slow expire the session itself: no grant is ever taken.)
-mod silence_after_a_late_grant_is_ridden_out {
-    use super::*;
-
-    #[test]
-    fn on_redis() {
-        silence_after_a_late_grant::<RedisServer>();
-    }
-
-    #[test]
-    fn on_postgres() {
-        silence_after_a_late_grant::<PgServer>();
-    }
-
-    #[test]
-    fn on_mysql() {
-        silence_after_a_late_grant::<MySqlServer>();
-    }
-
-    #[test]
-    fn on_dynamodb() {
-        silence_after_a_late_grant::<Dynalite>();
-    }
-
-    #[test]
-    fn on_etcd() {
-        silence_after_a_late_grant::<Etcd<1>>();
-    }
-}
-
 /// A run of `touch ran` on `name`, waiting up to `wait`, through a proxy whose replies turn
 /// slower than the lease from its first acquire on — not before: a connection handshake of
 /// several replies would otherwise time out before any grant could be late.
@@ -678,7 +647,8 @@ fn late_grant<S: Wire>() {
     assert!(next.running());
 }
 
-/// `drills!(module, Fixture)`: one `#[test]` per drill, on that backend.
+/// `drills!(module, Fixture)`: one `#[test]` per drill, on that backend; `drills!(@on module,
+/// drill, test => Fixture, ...)`: one drill, on each of the backends listed.
 macro_rules! drills {
     ($module:ident, $server:ty) => {
         drills!(@each $module, $server,
@@ -692,6 +662,12 @@ macro_rules! drills {
         );
     };
     (@each $module:ident, $server:ty, $($test:ident => $drill:ident),* $(,)?) => {
+        drills!(@tests $module, $($test: $drill::<$server>),*);
+    };
+    (@on $module:ident, $drill:ident, $($test:ident => $server:ty),* $(,)?) => {
+        drills!(@tests $module, $($test: $drill::<$server>),*);
+    };
+    (@tests $module:ident, $($test:ident: $drill:ident::<$server:ty>),*) => {
         mod $module {
             use super::*;
             $(
@@ -703,6 +679,16 @@ macro_rules! drills {
         }
     };
 }
+
+// Every backend whose grants can come too late: the shared waiting engine's, and etcd's own
+// loop. (On ZooKeeper replies that slow expire the session itself: no grant is ever taken.)
+drills!(@on silence_after_a_late_grant_is_ridden_out, silence_after_a_late_grant,
+    on_redis => RedisServer,
+    on_postgres => PgServer,
+    on_mysql => MySqlServer,
+    on_dynamodb => Dynalite,
+    on_etcd => Etcd<1>,
+);
 
 drills!(on_redis, RedisServer);
 drills!(on_etcd, Etcd<1>);
