@@ -65,11 +65,8 @@ fn ddl_lock() -> String {
 /// A `mariadb` client that takes the tables' lock, as a lockrun creating them would, and keeps
 /// it for `held` (or until it is ended); returns once the server shows the lock taken.
 fn hold_the_tables_lock(server: &MySqlServer, held: Duration) -> std::process::Child {
-    let creator = std::process::Command::new("mariadb")
-        .arg("--no-defaults")
-        .arg(format!("--socket={}", server.socket().display()))
-        .args(["-uroot", "--batch", "--skip-column-names", "-e"])
-        .arg(format!(
+    let creator = server
+        .client_session(&format!(
             "SELECT GET_LOCK('{}', 0); SELECT SLEEP({});",
             ddl_lock(),
             held.as_secs()

@@ -148,12 +148,24 @@ impl MySqlServer {
     /// The `mariadb` client for `sql`, ended (by `timeout`) after `limit`.
     fn client_within(&self, limit: Duration, sql: &str) -> Command {
         let mut cmd = Command::new("timeout");
-        cmd.arg(limit.as_secs().to_string())
-            .arg("mariadb")
-            .arg("--no-defaults")
+        cmd.arg(limit.as_secs().to_string()).arg("mariadb");
+        self.client_args(&mut cmd, sql);
+        cmd
+    }
+
+    /// The `mariadb` client for `sql` as a process of its own (to kill by its pid), for a
+    /// session that must stay open while the test goes on.
+    pub fn client_session(&self, sql: &str) -> Command {
+        let mut cmd = Command::new("mariadb");
+        self.client_args(&mut cmd, sql);
+        cmd
+    }
+
+    /// The client's arguments: root, over the server's socket, `sql` in batch mode.
+    fn client_args(&self, cmd: &mut Command, sql: &str) {
+        cmd.arg("--no-defaults")
             .arg(format!("--socket={}", self.socket().display()))
             .args(["-uroot", "--batch", "--skip-column-names", "-e", sql]);
-        cmd
     }
 
     /// The client's output for `sql`, trimmed; fails the test if it failed.
