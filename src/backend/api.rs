@@ -256,11 +256,21 @@ pub trait Lease: Send + Sync {
     async fn release(self: Box<Self>) -> Result<(), BackendError>;
 
     /// Resolves when the backend announces that this lease may have been broken (`release
-    /// --force`); the supervisor then renews at once to find out. A hint, never a verdict: a
-    /// backend that cannot announce anything never resolves.
-    async fn revoked(&self) {
+    /// --force`), or when an announcement may have gone unheard (its listener just started or
+    /// broke); the supervisor then renews at once to find out. A hint, never a verdict: a backend
+    /// that cannot announce anything never resolves.
+    async fn revoked(&self) -> Revocation {
         std::future::pending().await
     }
+}
+
+/// Why [`Lease::revoked`] resolved; either way the supervisor renews at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Revocation {
+    /// The backend said the lease may be gone (a forced release, or its key or row went).
+    Announced,
+    /// The listener for announcements started or broke: one made meanwhile would be missed.
+    MayHaveMissed,
 }
 
 /// Whether a `--min-interval` run may go ahead.

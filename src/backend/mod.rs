@@ -28,7 +28,8 @@ mod zookeeper;
 
 pub use api::{
     AcquireRequest, Acquired, Backend, BackendError, Cancel, Grant, HolderInfo, HolderStatus,
-    IntervalClaim, Lease, LockStatus, MAX_LIMIT, Mode, RenewError, Renewal, WaiterStatus,
+    IntervalClaim, Lease, LockStatus, MAX_LIMIT, Mode, RenewError, Renewal, Revocation,
+    WaiterStatus,
 };
 pub use inspect::Inspect;
 pub use spec::{BackendSpec, Settings, default_state_dir, has_secret, redact};

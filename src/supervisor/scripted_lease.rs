@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::backend::{BackendError, Grant, Lease, RenewError, Renewal};
+use crate::backend::{BackendError, Grant, Lease, RenewError, Renewal, Revocation};
 use crate::clock::BootInstant;
 
 /// What the next renewals do.
@@ -100,7 +100,8 @@ impl Lease for ScriptedLease {
         Ok(())
     }
 
-    async fn revoked(&self) {
-        self.script.revoke.notified().await
+    async fn revoked(&self) -> Revocation {
+        self.script.revoke.notified().await;
+        Revocation::Announced
     }
 }

@@ -20,7 +20,7 @@ use nix::sys::signal::Signal;
 use tokio::sync::mpsc;
 
 use super::child::Child;
-use crate::backend::{Lease, RenewError, Renewal};
+use crate::backend::{Lease, RenewError, Renewal, Revocation};
 use crate::clock::{BootInstant, BootTimer};
 use crate::exit::{self, Error};
 use crate::messages::duration;
@@ -47,7 +47,7 @@ const MAX_RETRY: Duration = Duration::from_secs(1);
 const ESCAPEE_LOOK: Duration = Duration::from_millis(100);
 
 type RenewFuture<'a> = Pin<Box<dyn Future<Output = Result<Renewal, RenewError>> + Send + 'a>>;
-type RevokedFuture<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
+type RevokedFuture<'a> = Pin<Box<dyn Future<Output = Revocation> + Send + 'a>>;
 
 /// Why the command is being stopped.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -307,8 +307,15 @@ pub async fn supervise(
                 let (sent, _) = renewal.take().expect("renewal in flight");
                 keeper.on_renewal(child, sent, result);
             }
-            () = revoked.as_mut(), if keeper.keeps_lease() => {
-                crate::info!("the backend announced a forced release; renewing at once to find out");
+            hint = revoked.as_mut(), if keeper.keeps_lease() => {
+                match hint {
+                    Revocation::Announced => crate::info!(
+                        "the backend announced a forced release; renewing at once to find out"
+                    ),
+                    Revocation::MayHaveMissed => crate::debug!(
+                        "listening for a forced release; renewing at once in case one came unheard"
+                    ),
+                }
                 keeper.next_renewal = BootInstant::now();
                 revoked = lease.revoked();
             }

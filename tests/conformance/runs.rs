@@ -57,11 +57,14 @@ pub fn timeout_stops_the_command_with_124_and_frees_the_lock<F: Fixture>() {
 }
 
 /// Guards against a waiter that says nothing about why it waits: with a short `--progress`, lines
-/// appear naming the holder (host, pid, note) and the place in line.
+/// appear naming the holder (host, pid, note) and the place in line. Also against a holder that
+/// reports a forced release nobody made.
 pub fn progress_names_the_holder_and_the_place_in_line<F: Fixture>() {
     let fx = F::start();
     let s = Scene::new(fx.url());
-    let mut holder = s.hold("slow", "h", &["--ttl", F::TTL, "--note", "job 42"]);
+    // -v: a holder that nobody releases must not report a forced release (a listener for one
+    // starting is not an announcement).
+    let mut holder = s.hold("slow", "h", &["-v", "--ttl", F::TTL, "--note", "job 42"]);
     let mut first = s.waiter("slow", &["--ttl", F::TTL], "true");
     s.wait_waiters("slow", 1);
     let mut second = s.waiter("slow", &["--ttl", F::TTL, "--progress", "300ms"], "true");
@@ -92,7 +95,10 @@ pub fn progress_names_the_holder_and_the_place_in_line<F: Fixture>() {
         "the default progress spoke {spoken} times: {}",
         first.stderr_so_far()
     );
-    assert_eq!(code(&holder.finish()), 0);
+    let held = holder.finish();
+    assert_eq!(code(&held), 0);
+    let said = text(&held.stderr);
+    assert!(!said.contains("forced release"), "{said}");
     assert_eq!(code(&first.wait(SOON)), 0);
     assert_eq!(code(&second.wait(SOON)), 0);
 }

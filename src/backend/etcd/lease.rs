@@ -29,7 +29,7 @@ use super::line;
 use super::link::{Failure, Link, REQUEST_TIMEOUT};
 use super::watch::{Event, Watcher};
 use crate::backend::waiting::policy::{LEAVE_TIMEOUT, SAFETY_RECHECK, random_bytes, renew_timeout};
-use crate::backend::{BackendError, Grant, Lease, RenewError, Renewal};
+use crate::backend::{BackendError, Grant, Lease, RenewError, Renewal, Revocation};
 
 /// How long a holder's command runs before the holder watches its key for a forced release.
 const WATCH_AFTER: Duration = Duration::from_millis(100);
@@ -102,7 +102,7 @@ impl Lease for EtcdLease {
         Ok(())
     }
 
-    async fn revoked(&self) {
+    async fn revoked(&self) -> Revocation {
         if self.gone.load(Ordering::Relaxed) {
             return std::future::pending().await;
         }
@@ -121,6 +121,7 @@ impl Lease for EtcdLease {
             tokio::time::sleep(SAFETY_RECHECK).await;
         }
         self.gone.store(true, Ordering::Relaxed);
+        Revocation::Announced
     }
 }
 

@@ -21,7 +21,7 @@ use mysql_async::prelude::Queryable;
 use super::connect::{Link, REQUEST_TIMEOUT, discard};
 use super::line::{cell, single};
 use crate::backend::waiting::policy::{SAFETY_RECHECK, renew_timeout};
-use crate::backend::{BackendError, Grant, Lease, RenewError, Renewal};
+use crate::backend::{BackendError, Grant, Lease, RenewError, Renewal, Revocation};
 
 /// How long after the command started the holder begins listening for a forced release: a
 /// short command never opens the second connection, and the listening statement's first look
@@ -122,7 +122,7 @@ impl Lease for MySqlLease {
         Ok(())
     }
 
-    async fn revoked(&self) {
+    async fn revoked(&self) -> Revocation {
         let mut listening = self.listening.lock().await;
         if !listening.started {
             tokio::time::sleep(LISTEN_AFTER).await;
@@ -156,7 +156,7 @@ impl Lease for MySqlLease {
                     listening.conn = lent.0.take();
                     if gone {
                         listening.announced = true;
-                        return;
+                        return Revocation::Announced;
                     }
                 }
                 Ok(Err(e)) => {

@@ -20,7 +20,7 @@ use tokio_postgres::types::Type;
 use super::link::{Link, REQUEST_TIMEOUT, Subscribed};
 use super::schema;
 use crate::backend::waiting::policy::{SAFETY_RECHECK, renew_timeout};
-use crate::backend::{BackendError, Grant, Lease, RenewError, Renewal};
+use crate::backend::{BackendError, Grant, Lease, RenewError, Renewal, Revocation};
 
 /// How often a holder behind a pooler checks that its row is still there.
 const HOLD_CHECK: Duration = Duration::from_millis(500);
@@ -132,25 +132,30 @@ impl Lease for PostgresLease {
         Ok(())
     }
 
-    async fn revoked(&self) {
+    async fn revoked(&self) -> Revocation {
         let channel = schema::owner_channel(&self.owner);
         loop {
             let hold = Some((self.name.as_str(), self.slot, self.owner.as_str()));
             match self.link.subscribe(&channel, hold).await {
-                // Broken before the subscription took.
-                Ok((_, Some(false))) => return,
+                // Gone before the subscription took.
+                Ok((_, Some(false))) => return Revocation::Announced,
                 Ok((Subscribed::Listening(mut heard), _)) => {
                     let seen = heard.borrow_and_update().revocations;
                     loop {
                         match heard.changed().await {
-                            Ok(()) if heard.borrow_and_update().revocations > seen => return,
+                            Ok(()) if heard.borrow_and_update().revocations > seen => {
+                                return Revocation::Announced;
+                            }
                             Ok(()) => {}
                             // The connection ended: anything could have been missed; look now.
-                            Err(_) => return,
+                            Err(_) => return Revocation::MayHaveMissed,
                         }
                     }
                 }
-                Ok((Subscribed::Pooled, _)) => return self.until_row_gone().await,
+                Ok((Subscribed::Pooled, _)) => {
+                    self.until_row_gone().await;
+                    return Revocation::Announced;
+                }
                 Err(e) => crate::debug!("cannot listen for a forced release ({})", e.error),
             }
             tokio::time::sleep(SAFETY_RECHECK).await;

@@ -22,7 +22,7 @@ use super::keys::Keys;
 use super::scripts::{self, Call};
 use crate::backend::waiting::line::Doorbell;
 use crate::backend::waiting::policy::{SAFETY_RECHECK, renew_timeout};
-use crate::backend::{BackendError, Grant, Lease, Mode, RenewError, Renewal};
+use crate::backend::{BackendError, Grant, Lease, Mode, RenewError, Renewal, Revocation};
 
 /// How long after the command started the holder begins listening for a forced release: a
 /// short command never needs the second connection, and the check that follows the subscription
@@ -134,30 +134,32 @@ impl Lease for RedisLease {
         Ok(())
     }
 
-    async fn revoked(&self) {
+    async fn revoked(&self) -> Revocation {
         let channel = self.hold.revoke_channel();
         let open = || Subscription::open(&self.link, &channel);
-        listen_for_revocation(&self.revocations, "the revocation channel broke", open).await;
+        listen_for_revocation(&self.revocations, "the revocation channel broke", open).await
     }
 }
 
 /// What a lease's `revoked` does on a Redis server or on redlock masters: resolves when the
 /// holder's revocation channel (kept in `listener`, opened with `open`) rings, or once a broken
 /// or missing one is open again, after [`LISTEN_AFTER`] (so a short command never opens it), so
-/// that the supervisor checks at once: a release that came before the listener is found too.
+/// that the supervisor checks at once ([`Revocation::MayHaveMissed`]): a release that came before
+/// the listener is found too.
 /// `broke` is what the debug message says when the listener broke.
 pub async fn listen_for_revocation<B, F>(
     listener: &tokio::sync::Mutex<Option<B>>,
     broke: &str,
     open: impl Fn() -> F,
-) where
+) -> Revocation
+where
     B: Doorbell,
     F: Future<Output = Result<B, BackendError>>,
 {
     let mut listener = listener.lock().await;
     if let Some(current) = listener.as_mut() {
         if current.rung().await {
-            return;
+            return Revocation::Announced;
         }
         crate::debug!("{broke}; listening again");
         *listener = None;
@@ -167,7 +169,7 @@ pub async fn listen_for_revocation<B, F>(
         match open().await {
             Ok(made) => {
                 *listener = Some(made);
-                return;
+                return Revocation::MayHaveMissed;
             }
             Err(e) => crate::debug!("cannot listen for a forced release ({e})"),
         }

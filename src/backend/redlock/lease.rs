@@ -22,7 +22,7 @@ use crate::backend::redis::connect::REQUEST_TIMEOUT;
 use crate::backend::redis::keys::Keys;
 use crate::backend::redis::lease::{Hold, listen_for_revocation};
 use crate::backend::waiting::policy::renew_timeout;
-use crate::backend::{BackendError, Grant, Lease, Mode, RenewError, Renewal};
+use crate::backend::{BackendError, Grant, Lease, Mode, RenewError, Renewal, Revocation};
 
 /// A hold of this run's on a quorum of masters.
 pub struct RedlockLease {
@@ -103,9 +103,9 @@ impl Lease for RedlockLease {
         Ok(())
     }
 
-    async fn revoked(&self) {
+    async fn revoked(&self) -> Revocation {
         let channel = self.hold.revoke_channel();
         let open = || Bells::open(&self.masters, &channel);
-        listen_for_revocation(&self.revocations, "a revocation channel broke", open).await;
+        listen_for_revocation(&self.revocations, "a revocation channel broke", open).await
     }
 }

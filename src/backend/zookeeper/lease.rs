@@ -20,7 +20,7 @@ use zookeeper_client as zk;
 use super::link::{Link, REQUEST_TIMEOUT, session_gone};
 use super::session::close;
 use crate::backend::waiting::policy::{SAFETY_RECHECK, renew_timeout};
-use crate::backend::{BackendError, Grant, Lease, RenewError, Renewal};
+use crate::backend::{BackendError, Grant, Lease, RenewError, Renewal, Revocation};
 
 /// How long a release waits for the ensemble to confirm that the session is closed; the session
 /// holds nothing by then, and expires by itself if the close went unheard.
@@ -125,7 +125,7 @@ impl Lease for ZkLease {
         Ok(())
     }
 
-    async fn revoked(&self) {
+    async fn revoked(&self) -> Revocation {
         let stamp = self
             .stamp
             .lock()
@@ -143,11 +143,11 @@ impl Lease for ZkLease {
             match self.link.call(REQUEST_TIMEOUT, watched).await {
                 Ok((Some(_), watcher)) => {
                     watcher.changed().await;
-                    return;
+                    return Revocation::Announced;
                 }
                 // Gone already, or the session with it: the renewal finds out.
-                Ok((None, _)) => return,
-                Err(e) if session_gone(&e) => return,
+                Ok((None, _)) => return Revocation::Announced,
+                Err(e) if session_gone(&e) => return Revocation::Announced,
                 Err(e) => crate::debug!("cannot watch for a forced release ({e})"),
             }
             tokio::time::sleep(SAFETY_RECHECK).await;
