@@ -324,6 +324,9 @@ pub async fn supervise(
             }
         }
     };
+    // When lockrun saw the command end: what follows (giving back the terminal, removing the
+    // command's cgroup, which a busy kernel can take seconds over) is not the command's run.
+    let ended = BootInstant::now();
     drop(renewal);
     drop(revoked);
     child.restore_terminal();
@@ -335,10 +338,9 @@ pub async fn supervise(
 
     // The lease must have covered the whole run: a command that ended after the lease did (lockrun
     // was paused meanwhile) ran unprotected for a while, and that is reported as a loss.
-    let now = BootInstant::now();
     if keeper.keeps_lease()
         && let Some(expiry) = keeper.expiry
-        && now >= expiry
+        && ended >= expiry
     {
         let reason = "lease expired before the command ended (lockrun was paused or suspended?)";
         crate::error!("{reason}");
