@@ -224,6 +224,32 @@ pub fn a_frozen_holder_is_overtaken_and_stopped_when_it_wakes<F: Fixture>() {
     assert_eq!(code(&fresh.finish()), 0);
 }
 
+/// Guards against a run whose lockrun (not its command) was frozen past the lease while the
+/// command ended being reported as clean: the lease did not cover the command's end, so lockrun
+/// exits 76 once it wakes (invariant 2). A kernel lock lasts as long as its lockrun: that run is
+/// clean.
+pub fn a_command_that_ends_while_lockrun_is_frozen_past_its_lease_is_a_lost_lease<F: Fixture>() {
+    let fx = F::start();
+    let s = Scene::new(fx.url());
+    let mut holder = s.hold("late", "h", &["--ttl", F::TTL]);
+    let pid = holder.child_pid();
+    holder.signal(Signal::SIGSTOP);
+    std::fs::write(holder.file("release"), "").unwrap();
+    assert!(wait_until(SOON, || !alive(pid)), "the command did not end");
+    // The lease runs out while lockrun cannot renew it: its last renewal came before the freeze.
+    std::thread::sleep(holder.ttl() + Duration::from_millis(500));
+    holder.signal(Signal::SIGCONT);
+    let out = holder.exit();
+    let said = text(&out.stderr);
+    match F::EXPIRES {
+        true => {
+            assert_eq!(code(&out), 76, "{said}");
+            assert!(said.contains("paused or suspended?"), "{said}");
+        }
+        false => assert_eq!(code(&out), 0, "{said}"),
+    }
+}
+
 /// Guards against `release --force` leaving a semaphore's holders running until their next
 /// renewal (with a 30 s lease, the revocation must be pushed: every command stops within 1 s,
 /// exit 76; a backend that cannot push stops them at their next renewal, within `--renew`), and
