@@ -70,6 +70,22 @@ fn rides_through(holder: &mut Holder, timing: LeaseTiming, fault_at: Instant) {
     assert_rode_through(holder, fault_at + timing.ttl + timing.renew);
 }
 
+/// Guards against a lease grant that one member took but answered too late being refused by
+/// the next member ("lease already exists", exit 69): the lease id is the run's own, so the lease
+/// that exists is the one it asked for. Member 0 lets the grant through and loses every answer.
+#[test]
+fn a_grant_answered_too_late_is_not_refused_by_the_next_member() {
+    let (_cluster, proxy, s) = cluster_behind_a_proxy();
+    // `LeaseGrantRequest`: field 1 the TTL (7 s, as asked below), then field 2 the id.
+    let lost = proxy.lose_reply_to(b"\x08\x07\x10");
+    let out = s.run(["--name", "regrant", "--ttl", "7s", "--", "true"]);
+    assert!(
+        lost.fired().is_some(),
+        "the grant never went through member 0"
+    );
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+}
+
 #[test]
 fn cluster_member_killed_under_a_holder_is_ridden_through() {
     let (mut cluster, proxy, s) = cluster_behind_a_proxy();

@@ -26,7 +26,7 @@ use async_trait::async_trait;
 use tokio::task::JoinHandle;
 
 use super::line;
-use super::link::{Failure, Link, REQUEST_TIMEOUT};
+use super::link::{Failure, Link, REQUEST_TIMEOUT, is_lease_taken};
 use super::watch::{Event, Watcher};
 use crate::backend::waiting::policy::{LEAVE_TIMEOUT, SAFETY_RECHECK, random_bytes, renew_timeout};
 use crate::backend::{BackendError, Grant, Lease, RenewError, Renewal, Revocation};
@@ -157,27 +157,35 @@ pub async fn revoke(link: &Link, id: i64) -> Result<bool, BackendError> {
 }
 
 /// Grants lease `id` for at least `ttl` (whole seconds, rounded up); returns the granted TTL.
+///
+/// The id is this run's own (random, see [`lease_id`]), so a member that says a lease with it
+/// exists already is answering a grant sent again after an earlier member took it but answered
+/// too late: that lease is this run's, and its granted TTL is read instead.
 pub async fn grant(link: &Link, id: i64, ttl: Duration) -> Result<Duration, BackendError> {
     let seconds = i64::try_from(ttl.as_millis().div_ceil(1000))
         .unwrap_or(i64::MAX)
         .max(1);
-    let granted = link
+    let (granted_ttl, error) = link
         .call(REQUEST_TIMEOUT, |mut client| async move {
-            client
-                .lease_grant(
-                    seconds,
-                    Some(etcd_client::LeaseGrantOptions::new().with_id(id)),
-                )
-                .await
+            let options = etcd_client::LeaseGrantOptions::new().with_id(id);
+            match client.lease_grant(seconds, Some(options)).await {
+                Ok(granted) => Ok((granted.ttl(), granted.error().to_owned())),
+                Err(e) if is_lease_taken(&e) => {
+                    crate::debug!("lease {id:x} was granted by an earlier try; reading its TTL");
+                    let lease = client.lease_time_to_live(id, None).await?;
+                    Ok((lease.granted_ttl(), String::new()))
+                }
+                Err(e) => Err(e),
+            }
         })
         .await?;
-    let granted_ttl = u64::try_from(granted.ttl()).unwrap_or(0);
-    if granted_ttl == 0 || !granted.error().is_empty() {
+    let granted_ttl = u64::try_from(granted_ttl).unwrap_or(0);
+    if granted_ttl == 0 || !error.is_empty() {
         return Err(BackendError::Failed {
             endpoint: link.endpoints(),
             reason: format!(
                 "lease not granted: {}",
-                Some(granted.error())
+                Some(error.as_str())
                     .filter(|e| !e.is_empty())
                     .unwrap_or("no TTL in the answer")
             ),
