@@ -86,6 +86,29 @@ fn a_grant_answered_too_late_is_not_refused_by_the_next_member() {
     assert_eq!(code(&out), 0, "{}", text(&out.stderr));
 }
 
+/// Guards against a `--min-interval` claim whose answer was lost being taken, once sent again
+/// to the next member, for another run's: it found the key on its own lease, called the run too
+/// soon (75) and revoked its own record. Member 0 runs the claim and loses every answer.
+#[test]
+fn a_min_interval_claim_answered_too_late_is_still_a_claim() {
+    let (_cluster, proxy, s) = cluster_behind_a_proxy();
+    let lost = proxy.lose_reply_to(b"lockrun/daily/#interval");
+    let run = ["--name", "daily", "--min-interval", "1h", "--", "true"];
+    let out = s.run(run);
+    assert!(
+        lost.fired().is_some(),
+        "the claim never went through member 0"
+    );
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    let again = s.run(run);
+    assert_eq!(
+        code(&again),
+        75,
+        "the claim was not kept: {}",
+        text(&again.stderr)
+    );
+}
+
 #[test]
 fn cluster_member_killed_under_a_holder_is_ridden_through() {
     let (mut cluster, proxy, s) = cluster_behind_a_proxy();

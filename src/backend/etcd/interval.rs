@@ -4,7 +4,8 @@
 //! ago; how long ago is the interval minus what its lease has left.
 //!
 //! The lease is granted with an id chosen here, sent together with the transaction (one round
-//! trip; a transaction that reaches the cluster before the grant is sent again). Leases count in
+//! trip; a transaction that reaches the cluster before the grant is sent again). A transaction
+//! sent again because its first answer was lost finds the key on its own lease: that is a claim. Leases count in
 //! whole seconds, so the interval is rounded up, and etcd raises a lease shorter than its minimum
 //! (about 1.5 election timeouts, 2 s at its default timing). A new leader restarts every lease's
 //! countdown, so after an election the interval can last up to an election timeout longer: the
@@ -69,7 +70,13 @@ async fn try_claim(
         Err(failure @ Failure::Answered { .. }) if failure.lease_gone() => run(link, &txn).await,
         other => other,
     }?;
-    if claimed.succeeded() {
+    let last = claimed.op_responses().into_iter().find_map(|op| match op {
+        TxnOpResponse::Get(get) => get.kvs().first().map(|kv| kv.lease()),
+        _ => None,
+    });
+    // A key on this run's own lease was created by this transaction, sent again after a member
+    // that ran it answered too late.
+    if claimed.succeeded() || last == Some(lease) {
         return Ok(Some(IntervalClaim::Claimed));
     }
     // Too soon: the lease just granted is not needed.
@@ -79,10 +86,6 @@ async fn try_claim(
     {
         crate::debug!("revoking the unused --min-interval lease took too long");
     }
-    let last = claimed.op_responses().into_iter().find_map(|op| match op {
-        TxnOpResponse::Get(get) => get.kvs().first().map(|kv| kv.lease()),
-        _ => None,
-    });
     let Some(last) = last else {
         return Ok(None);
     };
