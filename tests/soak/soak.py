@@ -953,7 +953,7 @@ def main() -> int:
     ap.add_argument("--backend", default="all", choices=BACKENDS + ["all"])
     ap.add_argument("--seconds", type=float, default=60.0, help="per backend (default 60)")
     ap.add_argument("--ci", action="store_true",
-                    help=f"CI preset: {CI_SECONDS} s per backend (about a minute for all five)")
+                    help=f"CI preset: {CI_SECONDS} s per backend (under two minutes for all of them)")
     ap.add_argument("--workers", type=int, default=6)
     ap.add_argument("--ttl", help=f"requested lease (default {TTL}; {CI_TTL} with --ci)")
     ap.add_argument("--bin", metavar="PATH", help="lockrun binary (default: a release build)")
