@@ -11,7 +11,7 @@ use crate::support::asserts::{
 };
 use crate::support::certs::Certificates;
 use crate::support::cluster::Members;
-use crate::support::etcd_cluster::{Etcd, EtcdCluster};
+use crate::support::etcd_cluster::{Etcd, EtcdCluster, lease_message};
 use crate::support::fixture::{Fixture, Reachable};
 use crate::support::holder::Holder;
 use crate::support::lockrun::{lockrun, output};
@@ -107,6 +107,30 @@ fn a_min_interval_claim_answered_too_late_is_still_a_claim() {
         "the claim was not kept: {}",
         text(&again.stderr)
     );
+}
+
+/// Guards against `release --force` saying that nobody held the name when the revoke it sent
+/// was applied by member 0 but answered too late: sent again to member 1, the lease is gone
+/// there, and that holder counts as released all the same.
+#[test]
+fn a_forced_release_answered_too_late_still_counts_its_holder() {
+    let (cluster, proxy, s) = cluster_behind_a_proxy();
+    // The holder talks to the members directly; only the release goes through the proxy.
+    let mut holder = s.hold_via(&cluster.url(), "forced", "h", &["--ttl", "30s"]);
+    let lease = cluster.holder_lease("forced", holder.token());
+    let lost = proxy.lose_reply_to(&lease_message(lease));
+    let out = s.run(["release", "forced", "--force"]);
+    assert!(
+        lost.fired().is_some(),
+        "the revoke never went through member 0"
+    );
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("released 1 holder(s) of forced"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(code(&holder.exit()), 76);
 }
 
 #[test]

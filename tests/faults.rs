@@ -28,7 +28,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::support::dynalite_server::Dynalite;
-use crate::support::etcd_cluster::Etcd;
+use crate::support::etcd_cluster::{Etcd, lease_message};
 use crate::support::fixture::Fixture;
 use crate::support::holder::Holder;
 use crate::support::lockrun::Proc;
@@ -171,51 +171,16 @@ impl Wire for Etcd<1> {
     }
 
     fn renew_request(&self, name: &str, holder: &Holder) -> Vec<u8> {
-        lease_message(etcd_lease(self, name, holder.token()))
+        lease_message(self.holder_lease(name, holder.token()))
     }
 
     fn release_request(&self, name: &str, holder: &Holder) -> Vec<u8> {
-        lease_message(etcd_lease(self, name, holder.token()))
+        lease_message(self.holder_lease(name, holder.token()))
     }
 
     const RELEASE_IS_RENEWAL: bool = true;
     /// The grant and the join are sent together; a join that the server sees first fails.
     const ACQUIRE_HOLD: Duration = Duration::from_millis(500);
-}
-
-/// The lease of the holder key of `name` whose create revision (the token) is `token`.
-fn etcd_lease(cluster: &Etcd<1>, name: &str, token: u64) -> u64 {
-    let prefix = format!("lockrun/{name}/#holders/");
-    let out = cluster.etcdctl(&["get", "--prefix", &prefix, "-w", "json"]);
-    let got: serde_json::Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|_| panic!("etcdctl get failed: {}", text(&out.stderr)));
-    got["kvs"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|kv| kv["create_revision"].as_u64() == Some(token))
-        .and_then(|kv| kv["lease"].as_u64())
-        .unwrap_or_else(|| panic!("no holder key with token {token}: {got}"))
-}
-
-/// A gRPC message (uncompressed flag, length) holding `LeaseKeepAliveRequest` — or, alike,
-/// `LeaseRevokeRequest` — for lease `id`: field 1, a varint.
-fn lease_message(id: u64) -> Vec<u8> {
-    let mut body = vec![0x08];
-    let mut rest = id;
-    loop {
-        let byte = (rest & 0x7f) as u8;
-        rest >>= 7;
-        if rest == 0 {
-            body.push(byte);
-            break;
-        }
-        body.push(byte | 0x80);
-    }
-    let mut message = vec![0];
-    message.extend_from_slice(&(body.len() as u32).to_be_bytes());
-    message.extend_from_slice(&body);
-    message
 }
 
 impl Wire for ZooKeeper<1> {

@@ -118,6 +118,41 @@ impl EtcdCluster {
         }
         cmd.args(args).output().expect("run etcdctl")
     }
+
+    /// The lease of the holder key of `name` whose create revision (the token) is `token`.
+    pub fn holder_lease(&self, name: &str, token: u64) -> u64 {
+        let prefix = format!("lockrun/{name}/#holders/");
+        let out = self.etcdctl(&["get", "--prefix", &prefix, "-w", "json"]);
+        let got: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|_| panic!("etcdctl get failed: {}", text(&out.stderr)));
+        got["kvs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|kv| kv["create_revision"].as_u64() == Some(token))
+            .and_then(|kv| kv["lease"].as_u64())
+            .unwrap_or_else(|| panic!("no holder key with token {token}: {got}"))
+    }
+}
+
+/// A gRPC message (uncompressed flag, length) holding `LeaseKeepAliveRequest` — or, alike,
+/// `LeaseRevokeRequest` — for lease `id`: field 1, a varint.
+pub fn lease_message(id: u64) -> Vec<u8> {
+    let mut body = vec![0x08];
+    let mut rest = id;
+    loop {
+        let byte = (rest & 0x7f) as u8;
+        rest >>= 7;
+        if rest == 0 {
+            body.push(byte);
+            break;
+        }
+        body.push(byte | 0x80);
+    }
+    let mut message = vec![0];
+    message.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    message.extend_from_slice(&body);
+    message
 }
 
 impl Members for EtcdCluster {
