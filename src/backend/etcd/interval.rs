@@ -5,11 +5,11 @@
 //!
 //! The lease is granted with an id chosen here, sent together with the transaction (one round
 //! trip; a transaction that reaches the cluster before the grant is sent again). A transaction
-//! sent again because its first answer was lost finds the key on its own lease: that is a claim. Leases count in
-//! whole seconds, so the interval is rounded up, and etcd raises a lease shorter than its minimum
-//! (about 1.5 election timeouts, 2 s at its default timing). A new leader restarts every lease's
-//! countdown, so after an election the interval can last up to an election timeout longer: the
-//! error is always towards "too soon", never towards a second run.
+//! sent again because its first answer was lost finds the key on its own lease: that is a claim.
+//! Leases count in whole seconds, so the interval is rounded up, and etcd raises a lease shorter
+//! than its minimum (about 1.5 election timeouts, 2 s at its default timing). A new leader
+//! restarts every lease's countdown, so after an election the interval can last up to an election
+//! timeout longer: the error is always towards "too soon", never towards a second run.
 
 use std::time::Duration;
 

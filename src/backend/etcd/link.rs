@@ -284,12 +284,12 @@ fn is_answer(e: &etcd_client::Error) -> bool {
     }
 }
 
-/// Whether `e` says the lease does not exist (expired, revoked).
 /// Whether `e` says that a lease with the id asked for exists already.
 pub fn is_lease_taken(e: &etcd_client::Error) -> bool {
     matches!(e, etcd_client::Error::GRpcStatus(status) if status.message().contains("lease already exists"))
 }
 
+/// Whether `e` says the lease does not exist (expired, revoked).
 fn is_lease_gone(e: &etcd_client::Error) -> bool {
     match e {
         etcd_client::Error::LeaseKeepAliveError(_) => true,
