@@ -286,7 +286,10 @@ fn is_answer(e: &etcd_client::Error) -> bool {
 
 /// Whether `e` says that a lease with the id asked for exists already.
 pub fn is_lease_taken(e: &etcd_client::Error) -> bool {
-    matches!(e, etcd_client::Error::GRpcStatus(status) if status.message().contains("lease already exists"))
+    match e {
+        etcd_client::Error::GRpcStatus(status) => status.message().contains("lease already exists"),
+        _ => false,
+    }
 }
 
 /// Whether `e` says the lease does not exist (expired, revoked).
