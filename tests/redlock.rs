@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::asserts::assert_stopped_by_stop_point;
 use crate::support::fixture::{Fixture, Reachable};
+use crate::support::holder::Holder;
 use crate::support::proxy::{Direction, Proxy};
 use crate::support::redlock_servers::RedlockServers;
 use crate::support::scene::Scene;
@@ -66,6 +67,30 @@ fn locked_out(s: &Scene, url: &str, name: &str, wait: &str) {
     assert!(!s.path("intruder").exists(), "a second holder ran");
 }
 
+/// Waits until `holder` holds `name` on every master (slot 0), failing the test if it never does.
+/// A won round does not wait for the slower masters' grants, and a hold on a bare quorum is lost
+/// with any one of its masters, as Redlock has it: a test that breaks a minority under a holder
+/// starts from a hold on all of them.
+fn wait_until_held_on_every_master<const N: usize>(
+    fx: &RedlockServers<N>,
+    name: &str,
+    holder: &Holder,
+) {
+    let holders_pid = format!("\"pid\":{}", holder.process.pid());
+    let key = format!("lockrun:{{{name}}}:slot:0");
+    let held_everywhere = wait_until(SOON, || {
+        (0..N).all(|i| {
+            fx.master(i)
+                .ask(&["HGET", &key, "info"])
+                .contains(&holders_pid)
+        })
+    });
+    assert!(
+        held_everywhere,
+        "the holder's hold never reached every master"
+    );
+}
+
 /// A holder through one proxy per master; `faults[i]` breaks master `i` (or not). The holder must
 /// ride through two leases' worth of time, keep the name from everyone else, show in `status`,
 /// and end normally.
@@ -75,6 +100,7 @@ fn minority_lost<const N: usize>(faults: &[Fault]) {
     let (proxies, via) = fx.proxied_each();
     let s = Scene::new(fx.url());
     let mut holder = s.hold_via(&via, "minority", "h", &["--ttl", TTL]);
+    wait_until_held_on_every_master(&fx, "minority", &holder);
     for (i, fault) in faults.iter().enumerate() {
         break_master(&mut fx, &proxies, i, *fault);
     }
@@ -145,6 +171,7 @@ fn majority_lost<const N: usize>(fault: Fault) {
     let (proxies, via) = fx.proxied_each();
     let s = Scene::new(fx.url());
     let mut holder = s.hold_via(&via, "majority", "h", &["--ttl", TTL]);
+    wait_until_held_on_every_master(&fx, "majority", &holder);
     let lost = N / 2 + 1;
     let left = N - lost;
     for i in 0..lost {
@@ -205,19 +232,7 @@ fn a_minority_restarted_empty_lets_nobody_in_and_tokens_rise<const N: usize>() {
     assert!(holder.token() > before);
     // A won round does not wait for the slower masters' grants; this test starts once the
     // holder holds on every master, so that the wiped minority cannot take its quorum away.
-    let holders_pid = format!("\"pid\":{}", holder.process.pid());
-    let held_everywhere = wait_until(SOON, || {
-        (0..N).all(|i| {
-            let info = fx
-                .master(i)
-                .ask(&["HGET", "lockrun:{empty}:slot:0", "info"]);
-            info.contains(&holders_pid)
-        })
-    });
-    assert!(
-        held_everywhere,
-        "the holder's hold never reached every master"
-    );
+    wait_until_held_on_every_master(&fx, "empty", &holder);
     for i in 0..minority(N) {
         fx.master_mut(i).restart(true);
     }
