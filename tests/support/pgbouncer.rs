@@ -82,6 +82,7 @@ impl PgBouncer {
                      listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n\
                      auth_type = {auth}\nauth_file = {users}\npool_mode = transaction\n\
                      max_client_conn = {max}\ndefault_pool_size = {pool}\n\
+                     server_login_retry = 1\n\
                      ignore_startup_parameters = {ignored}\nlogfile = {log}\n",
                     server_port = server.port(),
                     users = dir.path().join("users.txt").display(),
