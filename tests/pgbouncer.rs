@@ -1,8 +1,8 @@
 //! The `postgres://` backend behind a real PgBouncer in transaction pooling, beyond the
 //! conformance suite that also runs there: clients turned away by PgBouncer are waited out,
 //! handoffs take milliseconds although `LISTEN` cannot work through it, 300 lockruns hold at
-//! once on a server that allows 60 connections, and PgBouncer refusing lockrun's startup options
-//! is met with the setting that fixes it.
+//! once on a server that allows 60 connections, PgBouncer refusing lockrun's startup options
+//! is met with the setting that fixes it, and a holder rides through a server restart.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -13,6 +13,7 @@ use crate::support::fixture::{Fixture, Reachable};
 use crate::support::lockrun::{Proc, lockrun, output, stderr_of_exited};
 use crate::support::pgbouncer::{Options, Pooled};
 use crate::support::scene::Scene;
+use crate::support::single_server::SingleServer;
 use crate::support::wait::{SOON, code, number_in, text, wait_until};
 
 #[test]
@@ -29,6 +30,30 @@ fn pgbouncer_turning_clients_away_is_waited_out_too() {
         "-v", "--name", "full", "--wait", "30s", "--", "touch", "ran",
     ]);
     assert_a_turned_away_waiter_gets_in(&s, holder, waiter);
+}
+
+/// Guards against a holder behind PgBouncer losing a lease to a server restart that it rides
+/// through without PgBouncer: renewals sent while the server is down make PgBouncer's logins to it
+/// fail, and PgBouncer must log in again soon after it is back (README: `server_login_retry`;
+/// with its default of 15 s, this 4 s lease is lost).
+#[test]
+fn a_server_down_for_a_second_is_ridden_through_behind_pgbouncer() {
+    let mut pooled = Pooled::start();
+    let s = Scene::new(pooled.url());
+    let mut holder = s.hold("ride", "h", &["--ttl", "4s", "--renew", "500ms", "-vv"]);
+    pooled.server.kill();
+    std::thread::sleep(Duration::from_secs(1));
+    let before = holder.renewals().len();
+    pooled.server.relaunch();
+    let renewed = wait_until(SOON, || holder.renewals().len() >= before + 2);
+    assert!(
+        renewed,
+        "no renewal after the restart:\n{}",
+        holder.process.stderr_so_far()
+    );
+    assert!(holder.command_alive(), "the command was stopped");
+    let out = holder.finish();
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
 }
 
 #[test]
