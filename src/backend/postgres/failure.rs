@@ -1,8 +1,9 @@
 //! [`Failure`]: what went wrong talking to PostgreSQL, in lockrun's words — one line, no
 //! password, with the fix where users hit the same wall again and again (PgBouncer refusing
-//! lockrun's startup options, a second database user locked out of the schema) — and whether the
-//! server, or PgBouncer in front of it, turned the connection away for lack of room: a full
-//! server clears by itself, so a contender rides it out within its `--wait`.
+//! lockrun's startup options or holding off logins after a server restart, a second database
+//! user locked out of the schema) — and whether the server, or PgBouncer in front of it, turned
+//! the connection away for lack of room: a full server clears by itself, so a contender rides it
+//! out within its `--wait`.
 
 use tokio_postgres::error::SqlState;
 
@@ -81,6 +82,11 @@ fn hint(code: &SqlState, message: &str, schema: &str) -> String {
     if *code == SqlState::TOO_MANY_CONNECTIONS || message.contains(POOLER_FULL) {
         return " (the server has no connection to spare)".to_owned();
     }
+    if message.contains("server_login_retry") {
+        return " (PgBouncer waits server_login_retry, 15 s by default, after a failed login to the \
+                server: set it to 1 so that holders ride through a server restart)"
+            .to_owned();
+    }
     String::new()
 }
 
@@ -102,6 +108,12 @@ mod tests {
             "lockrun",
         );
         assert!(schema.contains("?lockrun_schema="), "{schema}");
+        let login = hint(
+            &SqlState::PROTOCOL_VIOLATION,
+            "server login has been failing, try again later (server_login_retry)",
+            "lockrun",
+        );
+        assert!(login.contains("set it to 1"), "{login}");
         assert!(!schema.contains('\n'));
         assert_eq!(
             hint(&SqlState::UNDEFINED_TABLE, "relation x does not exist", "l"),
