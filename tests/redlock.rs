@@ -230,8 +230,6 @@ fn a_minority_restarted_empty_lets_nobody_in_and_tokens_rise<const N: usize>() {
     let before = token(&s, "empty");
     let mut holder = s.hold("empty", "h", &["--ttl", "5s", "-v"]);
     assert!(holder.token() > before);
-    // A won round does not wait for the slower masters' grants; this test starts once the
-    // holder holds on every master, so that the wiped minority cannot take its quorum away.
     wait_until_held_on_every_master(&fx, "empty", &holder);
     for i in 0..minority(N) {
         fx.master_mut(i).restart(true);
