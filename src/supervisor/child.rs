@@ -202,6 +202,13 @@ impl Child {
         }
     }
 
+    /// Whether [`Child::descendants_alive`] turns false as soon as the killed are gone: lockrun is
+    /// their subreaper and reaps them. Otherwise the killed may linger as another parent's
+    /// zombies, which still count as members of the command's group.
+    pub fn sees_deaths(&self) -> bool {
+        self.sole_child
+    }
+
     /// Waits for the command itself to exit.
     pub async fn wait(&mut self) -> io::Result<std::process::ExitStatus> {
         self.process.wait().await

@@ -42,6 +42,10 @@ const RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
 const MIN_RETRY: Duration = Duration::from_millis(20);
 /// How often the descendants of a stopped command are looked for.
 const SWEEP_INTERVAL: Duration = Duration::from_millis(20);
+/// How long processes sent KILL may take to be gone before lockrun exits without them (a process
+/// in uninterruptible sleep, on a stuck filesystem, may take longer), and how often it looks.
+const KILLED_GONE_WITHIN: Duration = Duration::from_secs(1);
+const KILLED_LOOK: Duration = Duration::from_millis(2);
 const MAX_RETRY: Duration = Duration::from_secs(1);
 /// How often lockrun looks for descendants that left the command's group, for the watchdog.
 const ESCAPEE_LOOK: Duration = Duration::from_millis(100);
@@ -359,10 +363,12 @@ pub async fn supervise(
 }
 
 /// The command exited while being stopped; its descendants got the same TERM. Waits for them
-/// until the KILL is due, then kills whatever is left, so nothing the command started outlives a
-/// lost lease or a timeout.
+/// until the KILL is due, then kills whatever is left, and waits (up to [`KILLED_GONE_WITHIN`])
+/// until it is gone, so nothing the command started outlives a lost lease or a timeout: lockrun
+/// exits, and gives the lease back, only after its tree did.
 async fn finish_stop(kill_at: Option<BootInstant>, child: &Child, timer: &mut BootTimer) {
-    let deadline = kill_at.unwrap_or_else(BootInstant::now);
+    let mut deadline = kill_at.unwrap_or_else(BootInstant::now);
+    let mut killed = false;
     loop {
         child.reap_orphans();
         if !child.descendants_alive() {
@@ -370,11 +376,21 @@ async fn finish_stop(kill_at: Option<BootInstant>, child: &Child, timer: &mut Bo
         }
         let now = BootInstant::now();
         if now >= deadline {
+            if killed {
+                crate::warn!("what the command left was killed but is not gone yet");
+                return;
+            }
             child.signal_everything(Signal::SIGKILL);
-            return;
+            if !child.sees_deaths() {
+                return;
+            }
+            killed = true;
+            deadline = now + KILLED_GONE_WITHIN;
+            continue;
         }
+        let step = if killed { KILLED_LOOK } else { SWEEP_INTERVAL };
         if timer
-            .sleep_until(Some((now + SWEEP_INTERVAL).min(deadline)))
+            .sleep_until(Some((now + step).min(deadline)))
             .await
             .is_err()
         {
