@@ -257,8 +257,10 @@ pub async fn supervise(
     let mut child_events = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())
         .map_err(|e| Error::internal(format!("cannot watch the command: {e}")))?;
     // Until the command runs in a cgroup of its own, the watchdog learns of descendants that
-    // leave the command's group from lockrun's own looks at its tree.
-    let mut escapee_looks = tokio::time::interval(ESCAPEE_LOOK);
+    // leave the command's group from lockrun's own looks at its tree. The first look waits a
+    // period: the command has only just been started, and a short run then never walks `/proc`.
+    let mut escapee_looks =
+        tokio::time::interval_at(tokio::time::Instant::now() + ESCAPEE_LOOK, ESCAPEE_LOOK);
     escapee_looks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // Without the terminal, job-control signals sent to lockrun are passed to the command, and
     // lockrun itself never stops: the command is never left running on an unrenewed lease.
