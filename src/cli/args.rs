@@ -174,9 +174,10 @@ pub struct RunArgs {
     pub timeout: Option<String>,
 
     /// Run at most once per DURATION across the fleet: if NAME was last acquired less than
-    /// DURATION ago (by anyone, on any host), do not run; exit with the busy code. Measured by the
-    /// backend's clock where it has one, so skewed host clocks cannot cause a second run. The
-    /// time is recorded when the lease is taken, whether or not the command then succeeds.
+    /// DURATION ago by a run that also passed --min-interval (any user, on any host), do not run;
+    /// exit with the busy code. Measured by the backend's clock where it has one, so skewed host
+    /// clocks cannot cause a second run. The time is recorded when the lease is taken, whether or
+    /// not the command then succeeds; a run without --min-interval neither checks nor records it.
     #[arg(long, env = "LOCKRUN_MIN_INTERVAL", duration())]
     pub min_interval: Option<String>,
 

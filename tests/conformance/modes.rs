@@ -193,10 +193,13 @@ pub fn supersede_runs_only_the_newest_waiter<F: Fixture>() {
     assert_eq!(std::fs::read_to_string(s.path("deployed")).unwrap(), "4\n");
 }
 
-/// Guards against a fleet cron that runs twice within its interval, or never again after it.
+/// Guards against a fleet cron that runs twice within its interval, or never again after it, and
+/// against a run without `--min-interval` counting as one (it neither checks nor records).
 pub fn min_interval_runs_once_per_period<F: Fixture>() {
     let fx = F::start();
     let s = Scene::new(fx.url());
+    let plain = s.run(["--name", "cron", "--ttl", F::TTL, "--", "true"]);
+    assert_eq!(code(&plain), 0, "{}", text(&plain.stderr));
     let run = || {
         s.run([
             "--name",
