@@ -1,6 +1,6 @@
 //! The run form: acquire NAME (saying who holds it while waiting), check that the lease just won
-//! still has its safety window ahead and that `--min-interval` allows a run, start the command
-//! with its token, and keep the lease while it runs.
+//! still has its safety window ahead and that `--min-interval` allows a run (looked at before
+//! waiting too), start the command with its token, and keep the lease while it runs.
 
 use std::time::Duration;
 
@@ -16,6 +16,8 @@ use crate::{progress, timing::Timing};
 
 /// How long the busy message may spend asking who holds the lock.
 const BUSY_DETAIL_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long a `--min-interval` run may spend, before waiting, seeing when NAME last ran.
+const INTERVAL_LOOK_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Runs the command under the lease; returns the status lockrun exits with.
 pub async fn run(config: RunConfig) -> Result<u8, Error> {
@@ -33,6 +35,9 @@ pub async fn run(config: RunConfig) -> Result<u8, Error> {
         supersede: config.supersede,
         answered: false,
     };
+    if let Some(interval) = config.min_interval {
+        skip_if_ran_recently(&*backend, &config, interval).await?;
+    }
     crate::info!("acquiring {} on {}", config.name, backend.describe());
     let (lease, timing) = loop {
         let lease = acquire(&*backend, &request, &config, &mut signals).await?;
@@ -147,7 +152,36 @@ async fn acquire(
     }
 }
 
-/// `--min-interval`: the busy error when NAME ran too recently (by the backend's clock).
+/// `--min-interval`, before waiting: a run that would only find, once it holds NAME, that NAME
+/// ran too recently skips now instead of queueing behind the holder (a fleet cron whose job
+/// outlasts its period would pile up waiters that each skip in turn). Only a clear "too soon"
+/// counts: when the backend cannot tell quickly, the claim made once NAME is held decides.
+async fn skip_if_ran_recently(
+    backend: &dyn Backend,
+    config: &RunConfig,
+    interval: Duration,
+) -> Result<(), Error> {
+    let looked = tokio::time::timeout(
+        INTERVAL_LOOK_TIMEOUT,
+        backend.inspect().ran_within(&config.name, interval),
+    )
+    .await;
+    match looked {
+        Ok(Ok(Some(ago))) => Err(too_soon(config, ago, interval)),
+        Ok(Ok(None)) => Ok(()),
+        Ok(Err(e)) => {
+            crate::debug!("cannot see when {} last ran: {e}", config.name);
+            Ok(())
+        }
+        Err(_) => {
+            crate::debug!("seeing when {} last ran took too long", config.name);
+            Ok(())
+        }
+    }
+}
+
+/// `--min-interval`, once NAME is held: records this run, or is the busy error when NAME ran too
+/// recently (by the backend's clock).
 async fn claim_interval(
     backend: &dyn Backend,
     config: &RunConfig,
@@ -159,15 +193,19 @@ async fn claim_interval(
         .await?
     {
         IntervalClaim::Claimed => Ok(()),
-        IntervalClaim::TooSoon { ago } => Err(Error::Busy {
-            message: format!(
-                "{} ran {} ago, less than --min-interval {}: not running it again yet",
-                config.name,
-                duration(ago),
-                duration(interval)
-            ),
-            code: config.busy_exit_code,
-        }),
+        IntervalClaim::TooSoon { ago } => Err(too_soon(config, ago, interval)),
+    }
+}
+
+fn too_soon(config: &RunConfig, ago: Duration, interval: Duration) -> Error {
+    Error::Busy {
+        message: format!(
+            "{} ran {} ago, less than --min-interval {}: not running it again yet",
+            config.name,
+            duration(ago),
+            duration(interval)
+        ),
+        code: config.busy_exit_code,
     }
 }
 

@@ -49,6 +49,7 @@ macro_rules! conformance {
             modes::status_shows_modes_and_a_crashed_reader_frees_its_share,
             modes::supersede_runs_only_the_newest_waiter,
             modes::min_interval_runs_once_per_period,
+            modes::min_interval_skips_at_once_behind_a_recent_run,
             runs::timeout_stops_the_command_with_124_and_frees_the_lock,
             runs::progress_names_the_holder_and_the_place_in_line,
             runs::the_ci_jobs_url_is_the_note,

@@ -1,6 +1,7 @@
 //! What a backend answers about names without holding them: who holds a name and who waits
 //! (`status`), the held names under a prefix (`list`), breaking a name's holds (`release --force`),
-//! the fleet-wide run interval (`--min-interval`) and the server's clock (`lockrun drill`).
+//! the fleet-wide run interval (`--min-interval`: looked at before waiting, claimed once held) and
+//! the server's clock (`lockrun drill`).
 //!
 //! Each backend implements [`Inspect`] once, on whatever has its connection; [`Backend`] and the
 //! waiting engine's `Line` hand it out, so no backend forwards these calls by hand. [`held`] is the
@@ -36,6 +37,15 @@ pub trait Inspect: Send + Sync {
         name: &LockName,
         interval: Duration,
     ) -> Result<IntervalClaim, BackendError>;
+
+    /// `--min-interval`, before waiting for NAME: how long ago NAME last ran, when a claim made
+    /// now would find that too soon (by the same clock and rule as [`Inspect::claim_interval`]);
+    /// records nothing. `None` is no verdict: the claim made once NAME is held decides.
+    async fn ran_within(
+        &self,
+        name: &LockName,
+        interval: Duration,
+    ) -> Result<Option<Duration>, BackendError>;
 
     /// The backend server's wall clock, for the skew that `lockrun drill` reports; `None` for a
     /// backend without a clock of its own. No lease decision ever uses it.

@@ -178,6 +178,7 @@ pub struct RunArgs {
     /// exit with the busy code. Measured by the backend's clock where it has one, so skewed host
     /// clocks cannot cause a second run. The time is recorded when the lease is taken, whether or
     /// not the command then succeeds; a run without --min-interval neither checks nor records it.
+    /// A run that finds NAME ran too recently skips before waiting, not after the holder is done.
     #[arg(long, env = "LOCKRUN_MIN_INTERVAL", duration())]
     pub min_interval: Option<String>,
 

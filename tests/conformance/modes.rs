@@ -231,12 +231,7 @@ pub fn min_interval_runs_once_per_period<F: Fixture>() {
         "--",
         "true",
     ]);
-    assert_eq!(code(&out), 75, "{}", text(&out.stderr));
-    assert!(
-        text(&out.stderr).contains("--min-interval"),
-        "{}",
-        text(&out.stderr)
-    );
+    skipped_for_min_interval(&out);
     assert!(
         wait_until(Duration::from_secs(5), || {
             run();
@@ -247,5 +242,37 @@ pub fn min_interval_runs_once_per_period<F: Fixture>() {
                 == 2
         }),
         "never ran again after the interval"
+    );
+}
+
+/// Guards against a fleet cron whose runs queue up behind a long job only to skip once they get
+/// the lock: a run that finds NAME ran within the interval skips at once, while the holder still
+/// runs.
+pub fn min_interval_skips_at_once_behind_a_recent_run<F: Fixture>() {
+    let fx = F::start();
+    let s = Scene::new(fx.url());
+    let mut holder = s.hold("cron", "h", &["--min-interval", "1h", "--ttl", F::TTL]);
+    let mut late = s.waiter(
+        "cron",
+        &["--min-interval", "1h", "--ttl", F::TTL],
+        "echo ran >> runs",
+    );
+    let out = late.wait(SOON);
+    skipped_for_min_interval(&out);
+    assert!(
+        holder.running(),
+        "the holder ended before the late run skipped"
+    );
+    assert!(!s.path("runs").exists(), "the late run ran");
+    assert_eq!(code(&holder.finish()), 0);
+}
+
+/// Asserts that `out` is a run that skipped with the busy code, saying --min-interval is why.
+fn skipped_for_min_interval(out: &std::process::Output) {
+    assert_eq!(code(out), 75, "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("--min-interval"),
+        "{}",
+        text(&out.stderr)
     );
 }

@@ -140,6 +140,14 @@ impl Inspect for Link {
         interval::claim(self, name, interval).await
     }
 
+    async fn ran_within(
+        &self,
+        name: &LockName,
+        interval: Duration,
+    ) -> Result<Option<Duration>, BackendError> {
+        interval::ran_within(self, name, interval).await
+    }
+
     async fn server_time(&self) -> Result<Option<SystemTime>, BackendError> {
         server_time(self).await.map(Some)
     }

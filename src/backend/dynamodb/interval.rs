@@ -61,6 +61,26 @@ pub async fn claim(
     })
 }
 
+/// How long ago `name` last ran, if less than `interval` by the same rule as [`claim`] (the
+/// earliest the server's time can be); records nothing.
+pub async fn ran_within(
+    link: &Link,
+    name: &LockName,
+    interval: Duration,
+) -> Result<Option<Duration>, BackendError> {
+    let lock = queue::lock_item(link, name)
+        .await
+        .map_err(|f| link.error(f))?;
+    let Some(last) = lock.last else {
+        return Ok(None);
+    };
+    let (earliest, _) = link
+        .server_now()
+        .ok_or_else(|| link.failed("the server's answers carry no Date header".into()))?;
+    let ago = Duration::from_millis(ms(earliest).saturating_sub(last));
+    Ok((ago < interval).then_some(ago))
+}
+
 fn ms(time: SystemTime) -> u64 {
     time.duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))

@@ -114,6 +114,14 @@ impl Inspect for Link {
     ) -> Result<IntervalClaim, BackendError> {
         interval::claim(self, name, interval).await
     }
+
+    async fn ran_within(
+        &self,
+        name: &LockName,
+        _interval: Duration,
+    ) -> Result<Option<Duration>, BackendError> {
+        interval::ran_within(self, name).await
+    }
 }
 
 /// Which keys of a line (their mode and declared limit, in line order) hold: an exclusive key

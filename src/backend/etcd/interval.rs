@@ -41,6 +41,22 @@ pub async fn claim(
     })
 }
 
+/// How long ago `name` last ran, while its interval key lives (a claim now would find it too
+/// soon); records nothing.
+pub async fn ran_within(link: &Link, name: &LockName) -> Result<Option<Duration>, BackendError> {
+    let key = Keys::new(name).interval();
+    let found = link
+        .call(REQUEST_TIMEOUT, |mut client| {
+            let key = key.clone();
+            async move { client.get(key, None).await }
+        })
+        .await?;
+    match found.kvs().first() {
+        Some(kv) => ran_ago(link, kv.lease()).await,
+        None => Ok(None),
+    }
+}
+
 /// One try; `None` when the key found expired meanwhile.
 async fn try_claim(
     link: &Link,

@@ -178,6 +178,15 @@ impl Inspect for FileBackend {
             .map_err(|e| self.failed(&e))
     }
 
+    async fn ran_within(
+        &self,
+        name: &LockName,
+        interval: Duration,
+    ) -> Result<Option<Duration>, BackendError> {
+        interval::ran_within(&self.dir, &paths::interval_file(name), interval)
+            .map_err(|e| self.failed(&e))
+    }
+
     async fn force_release(&self, name: &LockName) -> Result<usize, BackendError> {
         let status = self.status(name).await?;
         if status.holders.is_empty() {

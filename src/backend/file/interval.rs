@@ -73,6 +73,29 @@ impl Stamp {
 /// Records a run of the name whose record file is `file_name`, unless the last is younger than
 /// `interval`.
 pub fn claim(dir: &StateDir, file_name: &str, interval: Duration) -> io::Result<IntervalClaim> {
+    judge(dir, file_name, interval, true)
+}
+
+/// How long ago the name whose record file is `file_name` last ran, if less than `interval`;
+/// records nothing.
+pub fn ran_within(
+    dir: &StateDir,
+    file_name: &str,
+    interval: Duration,
+) -> io::Result<Option<Duration>> {
+    Ok(match judge(dir, file_name, interval, false)? {
+        IntervalClaim::TooSoon { ago } => Some(ago),
+        IntervalClaim::Claimed => None,
+    })
+}
+
+/// Whether the last run is at least `interval` old, recording a run now if so and `record`.
+fn judge(
+    dir: &StateDir,
+    file_name: &str,
+    interval: Duration,
+    record: bool,
+) -> io::Result<IntervalClaim> {
     let file = dir.open_rw(file_name)?;
     file.lock().map_err(|e| dir.named(file_name, e))?;
     let mut buf = [0u8; 128];
@@ -91,6 +114,9 @@ pub fn claim(dir: &StateDir, file_name: &str, interval: Duration) -> io::Result<
             }
         }
     }
+    if !record {
+        return Ok(IntervalClaim::Claimed);
+    }
     let text = now.encode();
     file.set_len(0)?;
     file.write_all_at(text.as_bytes(), 0)?;
@@ -105,10 +131,13 @@ mod tests {
     fn a_second_claim_within_the_interval_is_too_soon() {
         let (_tmp, dir) = StateDir::temporary();
         let minute = Duration::from_secs(60);
+        assert_eq!(ran_within(&dir, "n.interval", minute).unwrap(), None);
         assert_eq!(
             claim(&dir, "n.interval", minute).unwrap(),
             IntervalClaim::Claimed
         );
+        let ago = ran_within(&dir, "n.interval", minute).unwrap();
+        assert!(ago.is_some_and(|ago| ago < minute), "{ago:?}");
         assert!(matches!(
             claim(&dir, "n.interval", minute).unwrap(),
             IntervalClaim::TooSoon { .. }

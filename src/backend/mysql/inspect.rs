@@ -90,6 +90,23 @@ impl Inspect for Link {
         })
     }
 
+    async fn ran_within(
+        &self,
+        name: &LockName,
+        interval: Duration,
+    ) -> Result<Option<Duration>, BackendError> {
+        let reply = self
+            .query(REQUEST_TIMEOUT, &self.sql().ran_ago(name.as_str()))
+            .await?;
+        let Some(row) = reply.first_row() else {
+            return Ok(None);
+        };
+        // A clock that went backwards is too soon, as for the claim.
+        let ago_us = cell::<i64>(self, row, 0)?;
+        let ago = Duration::from_micros(u64::try_from(ago_us).unwrap_or(0));
+        Ok((ago < interval).then_some(ago))
+    }
+
     /// The server's wall clock, for the skew `lockrun drill` reports.
     async fn server_time(&self) -> Result<Option<std::time::SystemTime>, BackendError> {
         let reply = self.query(REQUEST_TIMEOUT, SERVER_TIME).await?;

@@ -170,6 +170,17 @@ impl Statements {
         self.call("claim", &[binary(name), micros(interval).to_string()])
     }
 
+    /// `--min-interval`, recording nothing: a row, microseconds since the last run, when there
+    /// was one.
+    pub fn ran_ago(&self, name: &str) -> String {
+        format!(
+            "SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) \
+             - last_run_us FROM {names} WHERE name = {name} AND last_run_us IS NOT NULL",
+            names = self.table("names"),
+            name = binary(name),
+        )
+    }
+
     /// A waiter's sleep: up to `sleep`, only while it is still in line with wake-up count `rung`
     /// (a wake-up that came since its last try ends it at once); `KILL QUERY` ends it early.
     /// Returns one row: 0 when it slept the whole time, anything else when it did not.

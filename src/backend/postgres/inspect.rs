@@ -21,14 +21,7 @@ use crate::name::LockName;
 impl Inspect for Link {
     /// Who holds `name`, and who waits for it, in line order.
     async fn status(&self, name: &LockName) -> Result<LockStatus, BackendError> {
-        let name_text = name.as_str();
-        let rows = self
-            .query(
-                REQUEST_TIMEOUT,
-                &self.sql().status,
-                &[(&name_text, Type::TEXT)],
-            )
-            .await?;
+        let rows = self.query_name(&self.sql().status, name).await?;
         let mut limit = 1;
         let mut holders = Vec::new();
         let mut waiters = Vec::new();
@@ -115,6 +108,21 @@ impl Inspect for Link {
         })
     }
 
+    async fn ran_within(
+        &self,
+        name: &LockName,
+        interval: Duration,
+    ) -> Result<Option<Duration>, BackendError> {
+        let rows = self.query_name(&self.sql().ran_ago, name).await?;
+        let Some(row) = rows.first() else {
+            return Ok(None);
+        };
+        let ago_us: i64 = row.try_get(0).map_err(|_| unexpected(self))?;
+        // A clock that went backwards is too soon, as for the claim.
+        let ago = Duration::from_micros(u64::try_from(ago_us).unwrap_or(0));
+        Ok((ago < interval).then_some(ago))
+    }
+
     /// The server's wall clock (`clock_timestamp()`), for the skew `lockrun drill` reports.
     async fn server_time(&self) -> Result<Option<std::time::SystemTime>, BackendError> {
         let rows = self
@@ -127,6 +135,20 @@ impl Inspect for Link {
                 reason: "unexpected answer to SELECT clock_timestamp()".into(),
             })
             .map(Some)
+    }
+}
+
+impl Link {
+    /// Runs `sql`, whose only parameter is a lock name, with `name`.
+    async fn query_name(
+        &self,
+        sql: &str,
+        name: &LockName,
+    ) -> Result<Vec<tokio_postgres::Row>, BackendError> {
+        let name_text = name.as_str();
+        Ok(self
+            .query(REQUEST_TIMEOUT, sql, &[(&name_text, Type::TEXT)])
+            .await?)
     }
 }
 

@@ -59,6 +59,8 @@ pub struct Statements {
     pub holds: String,
     /// `(name, interval_us)` → `(claimed, ago_us)`.
     pub claim_interval: String,
+    /// `(name)` → a row `(ago_us)` when a run was claimed, by the server's clock; records nothing.
+    pub ran_ago: String,
     /// `(name)` → rows `(kind, number, record, ms left, shared, token)`: kind 0 the name
     /// (`number` = its limit), 1 a live holder (`number` = its slot), 2 a live waiter (`number` =
     /// its ticket). One statement, so one consistent view.
@@ -111,6 +113,10 @@ impl Statements {
             subscribe: format!("SELECT listening, holds FROM {s}.subscribe_v2($1, $2, $3, $4, $5)"),
             holds: format!("SELECT 1 FROM {s}.leases WHERE name = $1 AND slot = $2 AND owner = $3"),
             claim_interval: format!("SELECT claimed, ago_us FROM {s}.claim_interval_v2($1, $2)"),
+            ran_ago: format!(
+                "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint - n.last_run_us \
+                 FROM {s}.names n WHERE n.name = $1 AND n.last_run_us IS NOT NULL"
+            ),
             status: format!(
                 "SELECT 0, n.max_limit::bigint, NULL::text, 0::bigint, false, 0::bigint \
                  FROM {s}.names n WHERE n.name = $1 \

@@ -72,15 +72,24 @@ impl Inspect for Link {
         name: &LockName,
         interval: Duration,
     ) -> Result<IntervalClaim, BackendError> {
-        let (claimed, ago_us): (i64, i64) = claim_interval_call(name, interval)
+        let answer = claim_interval_call(name, interval, true)
             .run(self, REQUEST_TIMEOUT)
             .await?;
-        Ok(match claimed {
-            1 => IntervalClaim::Claimed,
-            _ => IntervalClaim::TooSoon {
-                ago: Duration::from_micros(u64::try_from(ago_us).unwrap_or(0)),
-            },
+        Ok(match interval_verdict(answer) {
+            None => IntervalClaim::Claimed,
+            Some(ago) => IntervalClaim::TooSoon { ago },
         })
+    }
+
+    async fn ran_within(
+        &self,
+        name: &LockName,
+        interval: Duration,
+    ) -> Result<Option<Duration>, BackendError> {
+        let answer = claim_interval_call(name, interval, false)
+            .run(self, REQUEST_TIMEOUT)
+            .await?;
+        Ok(interval_verdict(answer))
     }
 
     /// The server's wall clock (`TIME`), for the skew `lockrun drill` reports.
@@ -116,11 +125,18 @@ pub fn force_release_call(keys: &Keys, limit: u32) -> Call {
 }
 
 /// The `--min-interval` script's invocation: record a run of `name` unless the last one is
-/// younger than `interval`.
-pub fn claim_interval_call(name: &LockName, interval: Duration) -> Call {
+/// younger than `interval` (with `record` false, only say whether it would).
+pub fn claim_interval_call(name: &LockName, interval: Duration, record: bool) -> Call {
     Call::new(&scripts::CLAIM_INTERVAL)
         .key(Keys::new(name).meta())
         .arg(u64::try_from(interval.as_micros()).unwrap_or(u64::MAX))
+        .arg(u8::from(record))
+}
+
+/// The `--min-interval` script's answer: `None` when the run is (or would be) recorded, else how
+/// long ago the last one was.
+pub fn interval_verdict((claimed, ago_us): (i64, i64)) -> Option<Duration> {
+    (claimed != 1).then(|| Duration::from_micros(u64::try_from(ago_us).unwrap_or(0)))
 }
 
 /// The names on this server that start with `prefix` and have a meta key, by `SCAN`.

@@ -19,7 +19,8 @@ use super::scripts::{Call, STATUS};
 use crate::backend::inspect::held;
 use crate::backend::redis::connect::REQUEST_TIMEOUT;
 use crate::backend::redis::inspect::{
-    claim_interval_call, clock, declared_limit, force_release_call, scan_names, status_keys,
+    claim_interval_call, clock, declared_limit, force_release_call, interval_verdict, scan_names,
+    status_keys,
 };
 use crate::backend::redis::keys::Keys;
 use crate::backend::{
@@ -86,7 +87,7 @@ impl Inspect for Masters {
         name: &LockName,
         interval: Duration,
     ) -> Result<IntervalClaim, BackendError> {
-        let call = claim_interval_call(name, interval);
+        let call = claim_interval_call(name, interval, true);
         let mut round = self.call::<(i64, i64)>(&call, REQUEST_TIMEOUT);
         let (mut claimed, mut too_soon, mut failures) = (0, Vec::new(), Vec::new());
         while let Some((i, answer)) = round.next().await {
@@ -109,6 +110,30 @@ impl Inspect for Masters {
             }),
             None => Err(self.no_quorum(failures)),
         }
+    }
+
+    /// Too soon only when a quorum of masters says so: then no quorum could record this run.
+    async fn ran_within(
+        &self,
+        name: &LockName,
+        interval: Duration,
+    ) -> Result<Option<Duration>, BackendError> {
+        let call = claim_interval_call(name, interval, false);
+        let mut round = self.call::<(i64, i64)>(&call, REQUEST_TIMEOUT);
+        let (mut too_soon, mut other) = (Vec::new(), 0);
+        while let Some((_, answer)) = round.next().await {
+            match answer.ok().and_then(interval_verdict) {
+                Some(ago) => too_soon.push(ago),
+                None => other += 1,
+            }
+            if too_soon.len() >= self.quorum() {
+                return Ok(too_soon.into_iter().min());
+            }
+            if other > self.len() - self.quorum() {
+                break;
+            }
+        }
+        Ok(None)
     }
 
     /// The masters' wall clock (`TIME`): the median of those that answer, for the skew

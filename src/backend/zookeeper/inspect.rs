@@ -121,9 +121,24 @@ impl Inspect for Link {
         interval: Duration,
     ) -> Result<IntervalClaim, BackendError> {
         lent(self, async |client| {
-            interval::claim(self, client, name, interval).await
+            interval::judge(self, client, name, interval, true).await
         })
         .await
+    }
+
+    async fn ran_within(
+        &self,
+        name: &LockName,
+        interval: Duration,
+    ) -> Result<Option<Duration>, BackendError> {
+        let looked = lent(self, async |client| {
+            interval::judge(self, client, name, interval, false).await
+        })
+        .await?;
+        Ok(match looked {
+            IntervalClaim::TooSoon { ago } => Some(ago),
+            IntervalClaim::Claimed => None,
+        })
     }
 
     /// The ensemble's clock: the modification time the leader gives a write to the root node.

@@ -22,16 +22,19 @@ use crate::name::LockName;
 /// How many races a claim may lose before giving up.
 const TRIES: u32 = 10;
 
-/// Claims NAME's run now, on `client`, unless it last ran less than `interval` ago.
-pub async fn claim(
+/// Claims NAME's run now, on `client`, unless it last ran less than `interval` ago; with
+/// `record` false, only says whether it would (the touch that reads the leader's clock is still
+/// made: it keeps the recorded time).
+pub async fn judge(
     link: &Link,
     client: &zk::Client,
     name: &LockName,
     interval: Duration,
+    record: bool,
 ) -> Result<IntervalClaim, BackendError> {
     let path = link.paths.child(name, RUN);
     for _ in 0..TRIES {
-        let tried = attempt(link, client, name, &path, interval).await;
+        let tried = attempt(link, client, name, &path, interval, record).await;
         if let Some(claim) = tried.map_err(|e| link.failed(&e))? {
             return Ok(claim);
         }
@@ -49,9 +52,11 @@ async fn attempt(
     name: &LockName,
     path: &str,
     interval: Duration,
+    record: bool,
 ) -> Result<Option<IntervalClaim>, zk::Error> {
     let (data, stat) = match link.call(REQUEST_TIMEOUT, client.get_data(path)).await {
         Ok(read) => read,
+        Err(zk::Error::NoNode) if !record => return Ok(Some(IntervalClaim::Claimed)),
         Err(zk::Error::NoNode) => {
             let options = link.options(CreateMode::Persistent);
             let mut created = link
@@ -89,6 +94,9 @@ async fn attempt(
         return Ok(Some(IntervalClaim::TooSoon {
             ago: Duration::from_millis(u64::try_from(ago_ms).unwrap_or(0)),
         }));
+    }
+    if !record {
+        return Ok(Some(IntervalClaim::Claimed));
     }
     let claimed = link
         .call(
