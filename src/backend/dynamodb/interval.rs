@@ -8,7 +8,8 @@
 //! and compared against the earliest. So two runs are never recorded less than the interval
 //! apart (up to the round trip of the write), however skewed the hosts' clocks; a run may be
 //! refused up to a second or two early. A `last` ahead of the server's time (its clock went
-//! back) counts as too soon.
+//! back) counts as too soon. A run's look before it waits reads `last` and judges it the same way,
+//! writing nothing.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

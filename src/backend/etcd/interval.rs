@@ -9,7 +9,8 @@
 //! Leases count in whole seconds, so the interval is rounded up, and etcd raises a lease shorter
 //! than its minimum (about 1.5 election timeouts, 2 s at its default timing). A new leader
 //! restarts every lease's countdown, so after an election the interval can last up to an election
-//! timeout longer: the error is always towards "too soon", never towards a second run.
+//! timeout longer: the error is always towards "too soon", never towards a second run. A run's look
+//! before it waits reads the key and, when there is one, its lease's time to live.
 
 use std::time::Duration;
 

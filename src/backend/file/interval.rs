@@ -2,7 +2,7 @@
 //! the file's lock. One host has one clock worth trusting for this: within a boot the boot clock
 //! (monotonic, unmoved by wall-clock steps, counting through suspend); across a reboot the wall
 //! clock. A record from the future (the wall clock went back) counts as too soon, never as a free
-//! pass.
+//! pass. A run's look before it waits reads the record under the same lock and writes nothing.
 
 use std::io;
 use std::os::unix::fs::FileExt;

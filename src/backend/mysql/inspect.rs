@@ -1,6 +1,6 @@
 //! Reading and breaking leases from outside (`status`, `list` and `release --force`), and
-//! `--min-interval`'s claim and the server's clock, all by the server's clock (a row past its
-//! expiry is not a holder, whatever it says).
+//! `--min-interval` (the look before waiting and the claim) and the server's clock, all by the
+//! server's clock (a row past its expiry is not a holder, whatever it says).
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! Reading and breaking leases from outside — `status` (holders with their mode, and the line of
 //! waiters in order, in one consistent read), `list` and `release --force` — all by the server's
-//! clock (a row past its expiry is not a holder, whatever it says); and `--min-interval`'s claim
-//! and the server's clock, which also read the server's own time.
+//! clock (a row past its expiry is not a holder, whatever it says); and `--min-interval` (the look
+//! before waiting and the claim) and the server's clock, which also read the server's own time.
 
 use std::time::Duration;
 

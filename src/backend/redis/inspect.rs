@@ -1,7 +1,7 @@
 //! Reading and breaking Redis leases from the outside (`status`, `list` by `SCAN`, never `KEYS`,
-//! so a large database is not blocked, and `release --force`), `--min-interval`'s claim and the
-//! server's clock. The Redlock backend asks each of its masters the same questions with the
-//! pieces here that read one server.
+//! so a large database is not blocked, and `release --force`), `--min-interval` (the look before
+//! waiting and the claim) and the server's clock. The Redlock backend asks each of its masters the
+//! same questions with the pieces here that read one server.
 
 use std::collections::BTreeSet;
 use std::time::Duration;

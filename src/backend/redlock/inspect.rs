@@ -7,7 +7,8 @@
 //! - `list`: the names any master knows (by `SCAN`), each then read as above.
 //! - `release --force`: on every master; each tells the holders on their own channels.
 //! - `--min-interval`: each master decides by its own clock; the run goes ahead only when a quorum
-//!   recorded it, so one master whose clock is off cannot cause a second run.
+//!   recorded it, so one master whose clock is off cannot cause a second run. The look before
+//!   waiting skips only when a quorum says "too soon" (then no quorum could record the run).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;

@@ -8,7 +8,8 @@
 //! (or a clock that went backwards) is too soon, and nothing is recorded. Otherwise a second write
 //! empties the data, so the recorded time becomes that write's own `mtime`. Both writes are
 //! conditional on the version read before them: a claim that raced with another starts over, and
-//! then finds the other's.
+//! then finds the other's. A run's look before it waits makes the same read and touch, and stops
+//! there: the touch keeps the recorded time, so looking records nothing.
 
 use std::time::Duration;
 
