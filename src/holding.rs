@@ -16,8 +16,10 @@ use crate::{progress, timing::Timing};
 
 /// How long the busy message may spend asking who holds the lock.
 const BUSY_DETAIL_TIMEOUT: Duration = Duration::from_secs(1);
-/// How long a `--min-interval` run may spend, before waiting, seeing when NAME last ran.
-const INTERVAL_LOOK_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long a `--min-interval` run may spend, before waiting, seeing when NAME last ran: one
+/// request's limit on every networked backend, so a loaded server still answers in time, while
+/// a silent one delays the run's own verdict on it by no more than that.
+const INTERVAL_LOOK_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Runs the command under the lease; returns the status lockrun exits with.
 pub async fn run(config: RunConfig) -> Result<u8, Error> {
@@ -155,7 +157,9 @@ async fn acquire(
 /// `--min-interval`, before waiting: a run that would only find, once it holds NAME, that NAME
 /// ran too recently skips now instead of queueing behind the holder (a fleet cron whose job
 /// outlasts its period would pile up waiters that each skip in turn). Only a clear "too soon"
-/// counts: when the backend cannot tell quickly, the claim made once NAME is held decides.
+/// counts: when the backend cannot tell in time, or fails (a transient condition, such as a
+/// server out of connections, is for the acquisition to ride out), the claim made once NAME is
+/// held decides.
 async fn skip_if_ran_recently(
     backend: &dyn Backend,
     config: &RunConfig,
