@@ -287,7 +287,12 @@ fn usage_errors_point_at_what_was_meant() {
             "did you mean --name billing",
         ),
         (&["--nmae", "x", "--", "true"][..], "did you mean --name"),
+        (
+            &["status"][..],
+            "missing NAME: say which lease, as in lockrun status NAME",
+        ),
         (&["status"][..], "lockrun status --help"),
+        (&["release"][..], "as in lockrun release NAME --force"),
         (
             &["--name", "x", "--shared", "--limit", "2", "--", "true"][..],
             "--shared",

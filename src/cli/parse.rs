@@ -145,6 +145,15 @@ fn usage_message(e: &clap::Error, args: &[OsString]) -> String {
             return MISSING_COMMAND.to_owned();
         }
     }
+    if e.kind() == ErrorKind::MissingRequiredArgument
+        && let Some(sub) = subcommand
+        && missing_args(e).iter().any(|a| a == "<NAME>")
+    {
+        let force = if sub == "release" { " --force" } else { "" };
+        return format!(
+            "missing NAME: say which lease, as in lockrun {sub} NAME{force} (see {help})"
+        );
+    }
     if e.kind() == ErrorKind::UnknownArgument
         && let Some(ContextValue::String(word)) = e.get(ContextKind::InvalidArg)
         && !word.starts_with('-')
