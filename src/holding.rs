@@ -1,6 +1,6 @@
 //! The run form: acquire NAME (saying who holds it while waiting), check that the lease just won
 //! still has its safety window ahead and that `--min-interval` allows a run (looked at before
-//! waiting too), start the command with its token, and keep the lease while it runs.
+//! joining the line too), start the command with its token, and keep the lease while it runs.
 
 use std::time::Duration;
 
@@ -16,9 +16,8 @@ use crate::{progress, timing::Timing};
 
 /// How long the busy message may spend asking who holds the lock.
 const BUSY_DETAIL_TIMEOUT: Duration = Duration::from_secs(1);
-/// How long a `--min-interval` run may spend, before waiting, seeing when NAME last ran: one
-/// request's limit on every networked backend, so a loaded server still answers in time, while
-/// a silent one delays the run's own verdict on it by no more than that.
+/// How long a `--min-interval` run that found NAME held may spend seeing when NAME last ran: one
+/// request's limit on every networked backend (the server has just answered, so it is there).
 const INTERVAL_LOOK_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Runs the command under the lease; returns the status lockrun exits with.
@@ -37,9 +36,6 @@ pub async fn run(config: RunConfig) -> Result<u8, Error> {
         supersede: config.supersede,
         answered: false,
     };
-    if let Some(interval) = config.min_interval {
-        skip_if_ran_recently(&*backend, &config, interval).await?;
-    }
     crate::info!("acquiring {} on {}", config.name, backend.describe());
     let (lease, timing) = loop {
         let lease = acquire(&*backend, &request, &config, &mut signals).await?;
@@ -108,13 +104,38 @@ pub async fn run(config: RunConfig) -> Result<u8, Error> {
 }
 
 /// Waits for the lease, printing who holds it every `--progress`, until it is held, the wait
-/// runs out, a newer `--supersede` waiter takes the place, or a signal ends the wait.
+/// runs out, a newer `--supersede` waiter takes the place, or a signal ends the wait. A
+/// `--min-interval` run tries once first, and finding NAME held, sees whether NAME ran too
+/// recently before it joins the line.
 async fn acquire(
     backend: &dyn Backend,
     request: &AcquireRequest,
     config: &RunConfig,
     signals: &mut tokio::sync::mpsc::UnboundedReceiver<nix::sys::signal::Signal>,
 ) -> Result<Box<dyn Lease>, Error> {
+    if let Some(interval) = config.min_interval
+        && request.waits()
+    {
+        let once = AcquireRequest {
+            deadline: Some(BootInstant::now()),
+            ..request.clone()
+        };
+        match wait_for(backend, &once, config, signals).await? {
+            (Acquired::Busy, _) => skip_if_ran_recently(backend, config, interval).await?,
+            ended => return lease_of(backend, config, ended).await,
+        }
+    }
+    let ended = wait_for(backend, request, config, signals).await?;
+    lease_of(backend, config, ended).await
+}
+
+/// How `request` ended, and the signal that cut it short, if one did.
+async fn wait_for(
+    backend: &dyn Backend,
+    request: &AcquireRequest,
+    config: &RunConfig,
+    signals: &mut tokio::sync::mpsc::UnboundedReceiver<nix::sys::signal::Signal>,
+) -> Result<(Acquired, Option<nix::sys::signal::Signal>), Error> {
     let mut interrupted = None;
     let acquired = {
         let cancel = async {
@@ -133,6 +154,15 @@ async fn acquire(
             },
         }
     };
+    Ok((acquired, interrupted))
+}
+
+/// The lease an acquisition ended with, or the error that says why there is none.
+async fn lease_of(
+    backend: &dyn Backend,
+    config: &RunConfig,
+    (acquired, interrupted): (Acquired, Option<nix::sys::signal::Signal>),
+) -> Result<Box<dyn Lease>, Error> {
     match acquired {
         Acquired::Held(lease) => Ok(lease),
         Acquired::Busy => Err(busy(backend, config).await),
@@ -154,9 +184,9 @@ async fn acquire(
     }
 }
 
-/// `--min-interval`, before waiting: a run that would only find, once it holds NAME, that NAME
-/// ran too recently skips now instead of queueing behind the holder (a fleet cron whose job
-/// outlasts its period would pile up waiters that each skip in turn). Only a clear "too soon"
+/// `--min-interval`, with NAME held by another: a run that would only find, once it holds NAME,
+/// that NAME ran too recently skips now instead of queueing behind the holder (a fleet cron whose
+/// job outlasts its period would pile up waiters that each skip in turn). Only a clear "too soon"
 /// counts: when the backend cannot tell in time, or fails (a transient condition, such as a
 /// server out of connections, is for the acquisition to ride out), the claim made once NAME is
 /// held decides.
