@@ -2,7 +2,8 @@
 //! conformance suite that also runs there: clients turned away by PgBouncer are waited out,
 //! handoffs take milliseconds although `LISTEN` cannot work through it, 300 lockruns hold at
 //! once on a server that allows 60 connections, PgBouncer refusing lockrun's startup options
-//! is met with the setting that fixes it, and a holder rides through a server restart.
+//! is met with the setting that fixes it, a holder rides through a server restart, and an answer
+//! one lockrun abandons never reaches the next client.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -141,4 +142,75 @@ fn pgbouncer_refusing_the_startup_options_names_the_fix() {
     let line = assert_one_line(&out, 69, "unsupported startup parameter");
     assert!(line.contains("ignore_startup_parameters"), "{line}");
     assert_hidden(&line, &["pw-5150"]);
+}
+
+/// Guards against one lockrun's answer reaching another through PgBouncer. PgBouncer (1.18)
+/// counts a server connection idle once the first of two pipelined requests has answered; when
+/// the client then goes away while the second still runs, the server connection goes to the next
+/// client with the rest of that answer waiting in it. So lockrun never pipelines requests on a
+/// connection that may go through a pooler. Here the second request (a `--min-interval` claim)
+/// waits for a row lock that a direct session holds, and the lockrun that sent it goes away.
+#[test]
+fn an_abandoned_answer_never_reaches_the_next_client() {
+    use lockrun::backend::BackendSpec;
+    use lockrun::name::LockName;
+
+    let pooled = Pooled::with(Options {
+        pool_size: 1,
+        ..Options::default()
+    });
+    let spec = BackendSpec::parse(&pooled.url()).expect("the pooled URL parses");
+    let name = LockName::parse("abandoned").expect("a name");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let backend = runtime
+        .block_on(spec.open())
+        .expect("lockrun reaches PgBouncer");
+    // The name's row exists (the claim makes it), so that a claim can wait for its lock.
+    runtime
+        .block_on(
+            backend
+                .inspect()
+                .claim_interval(&name, Duration::from_millis(1)),
+        )
+        .expect("a first claim");
+    let mut locker = pooled
+        .server
+        .psql_command(
+            "SELECT 1 FROM lockrun.names WHERE name = 'abandoned' FOR UPDATE; SELECT pg_sleep(2)",
+        )
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("run psql");
+    assert!(
+        wait_until(SOON, || pooled.server.sql(
+            "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation \
+             WHERE c.relname = 'names' AND l.mode = 'RowShareLock' AND l.granted"
+        ) != "0"),
+        "the locking session never took the row"
+    );
+    runtime.block_on(async {
+        let inspect = backend.inspect();
+        // The status answers; the claim waits for the row until lockrun gives up on it.
+        let both = async {
+            tokio::join!(
+                inspect.status(&name),
+                inspect.claim_interval(&name, Duration::from_secs(3600))
+            )
+        };
+        let _ = tokio::time::timeout(Duration::from_millis(500), both).await;
+    });
+    drop(backend);
+    let next = runtime.block_on(async {
+        let backend = spec.open().await?;
+        backend
+            .inspect()
+            .status(&LockName::parse("other").unwrap())
+            .await
+    });
+    let _ = locker.wait();
+    let status = next.unwrap_or_else(|e| panic!("the next client got: {e}"));
+    assert!(!status.held, "{status:?}");
 }

@@ -287,6 +287,7 @@ impl Link {
         params: &Params<'_>,
         prepared: bool,
     ) -> Result<Vec<Row>, Failure> {
+        let _turn = self.turn(session).await;
         let mut guard = DiscardUnlessDone {
             link: self,
             session,
@@ -306,6 +307,7 @@ impl Link {
     /// already did: one transaction, under an advisory lock, that alters nothing when the schema
     /// is current (altering tables in use would deadlock with the lockruns using them).
     async fn create_schema(&self, session: &Arc<Session>) -> Result<(), tokio_postgres::Error> {
+        let _turn = self.turn(session).await;
         let mut guard = DiscardUnlessDone {
             link: self,
             session,
@@ -341,6 +343,19 @@ impl Link {
     }
 
     /// The connection, opening one if there is none (one at a time).
+    /// The right to send a request on `session`, where a pooler may sit in between (until a
+    /// `LISTEN` shows the connection direct): there requests go one at a time, never pipelined.
+    /// PgBouncer (1.18, transaction pooling) counts a server connection ready once the first of
+    /// two pipelined transactions has answered; when the client then goes away (a request cut
+    /// short, a lockrun exiting) while the second still runs, it hands the rest of that answer to
+    /// the next client it gives the server connection to, such as another lockrun's renewal.
+    async fn turn<'s>(&self, session: &'s Session) -> Option<tokio::sync::MutexGuard<'s, ()>> {
+        match self.direct.load(Ordering::Relaxed) {
+            true => None,
+            false => Some(session.turn.lock().await),
+        }
+    }
+
     async fn session(&self) -> Result<Arc<Session>, tokio_postgres::Error> {
         if let Some(session) = self.slot().clone() {
             return Ok(session);

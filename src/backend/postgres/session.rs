@@ -24,6 +24,9 @@ pub struct Session {
     pub inbox: Arc<Inbox>,
     /// Statements prepared on this connection, by their SQL.
     prepared: Mutex<HashMap<String, Statement>>,
+    /// Held by the request in flight where a pooler may sit between lockrun and the server, so
+    /// that requests on this connection never overlap there (see `Link::turn`).
+    pub turn: tokio::sync::Mutex<()>,
     driver: AbortHandle,
 }
 
@@ -48,6 +51,7 @@ impl Session {
             client,
             inbox,
             prepared: Mutex::new(HashMap::new()),
+            turn: tokio::sync::Mutex::new(()),
             driver,
         })
     }
