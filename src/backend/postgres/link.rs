@@ -8,7 +8,9 @@
 //! dropped half-way (the supervisor abandons a slow renewal), throws the connection away, so the
 //! next request connects afresh: a connection that went silent is never trusted again (its
 //! subscribers are told, and subscribe again). Connecting counts against the request's own
-//! deadline.
+//! deadline. Until a `LISTEN` shows the connection direct, its requests take turns rather than
+//! being pipelined: through a transaction pooler, an answer abandoned half-way could otherwise
+//! reach another client (see `Link::turn`).
 //!
 //! Every connection carries a random `lockrun.session` setting in its startup options. A
 //! connection pooler such as PgBouncer drops those options (it must be told to, see
@@ -342,7 +344,6 @@ impl Link {
         ))
     }
 
-    /// The connection, opening one if there is none (one at a time).
     /// The right to send a request on `session`, where a pooler may sit in between (until a
     /// `LISTEN` shows the connection direct): there requests go one at a time, never pipelined.
     /// PgBouncer (1.18, transaction pooling) counts a server connection ready once the first of
@@ -356,6 +357,7 @@ impl Link {
         }
     }
 
+    /// The connection, opening one if there is none (one at a time).
     async fn session(&self) -> Result<Arc<Session>, tokio_postgres::Error> {
         if let Some(session) = self.slot().clone() {
             return Ok(session);
