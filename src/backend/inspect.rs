@@ -54,6 +54,14 @@ pub trait Inspect: Send + Sync {
     }
 }
 
+/// A look's verdict (see [`Inspect::ran_within`]) from how long ago NAME last ran, `ago_us`
+/// microseconds by the server's clock: that age, when it is less than `interval`. A negative age
+/// (the server's clock went back) is too soon, as it is for every claim.
+pub fn ran_within_micros(ago_us: i64, interval: Duration) -> Option<Duration> {
+    let ago = Duration::from_micros(u64::try_from(ago_us).unwrap_or(0));
+    (ago < interval).then_some(ago)
+}
+
 /// The statuses of those of `names` that are held, in the order given, each read by `status` one
 /// after the other: what `list` returns once a backend has found the names under its prefix.
 pub async fn held<Read>(
@@ -71,4 +79,20 @@ where
         }
     }
     Ok(held)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_look_is_too_soon_within_the_interval_and_when_the_clock_went_back() {
+        let minute = Duration::from_secs(60);
+        assert_eq!(
+            ran_within_micros(59_000_000, minute),
+            Some(Duration::from_secs(59))
+        );
+        assert_eq!(ran_within_micros(60_000_000, minute), None);
+        assert_eq!(ran_within_micros(-5, minute), Some(Duration::ZERO));
+    }
 }

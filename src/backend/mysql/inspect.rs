@@ -10,7 +10,7 @@ use mysql_async::Row;
 use super::connect::{Link, REQUEST_TIMEOUT};
 use super::line::{cell, single, unexpected};
 use super::sql::SERVER_TIME;
-use crate::backend::inspect::held;
+use crate::backend::inspect::{held, ran_within_micros};
 use crate::backend::{
     BackendError, HolderInfo, HolderStatus, Inspect, IntervalClaim, LockStatus, MAX_LIMIT,
     WaiterStatus,
@@ -101,10 +101,7 @@ impl Inspect for Link {
         let Some(row) = reply.first_row() else {
             return Ok(None);
         };
-        // A clock that went backwards is too soon, as for the claim.
-        let ago_us = cell::<i64>(self, row, 0)?;
-        let ago = Duration::from_micros(u64::try_from(ago_us).unwrap_or(0));
-        Ok((ago < interval).then_some(ago))
+        Ok(ran_within_micros(cell::<i64>(self, row, 0)?, interval))
     }
 
     /// The server's wall clock, for the skew `lockrun drill` reports.

@@ -11,7 +11,7 @@ use tokio_postgres::types::Type;
 
 use super::link::{Link, REQUEST_TIMEOUT};
 use super::schema;
-use crate::backend::inspect::held;
+use crate::backend::inspect::{held, ran_within_micros};
 use crate::backend::{
     BackendError, HolderInfo, HolderStatus, Inspect, IntervalClaim, LockStatus, Mode, WaiterStatus,
 };
@@ -118,9 +118,7 @@ impl Inspect for Link {
             return Ok(None);
         };
         let ago_us: i64 = row.try_get(0).map_err(|_| unexpected(self))?;
-        // A clock that went backwards is too soon, as for the claim.
-        let ago = Duration::from_micros(u64::try_from(ago_us).unwrap_or(0));
-        Ok((ago < interval).then_some(ago))
+        Ok(ran_within_micros(ago_us, interval))
     }
 
     /// The server's wall clock (`clock_timestamp()`), for the skew `lockrun drill` reports.

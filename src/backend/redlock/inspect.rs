@@ -92,9 +92,9 @@ impl Inspect for Masters {
         let mut round = self.call::<(i64, i64)>(&call, REQUEST_TIMEOUT);
         let (mut claimed, mut too_soon, mut failures) = (0, Vec::new(), Vec::new());
         while let Some((i, answer)) = round.next().await {
-            match answer {
-                Ok((1, _)) => claimed += 1,
-                Ok((_, ago_us)) => too_soon.push(u64::try_from(ago_us).unwrap_or(0)),
+            match answer.map(interval_verdict) {
+                Ok(None) => claimed += 1,
+                Ok(Some(ago)) => too_soon.push(ago),
                 Err(e) => failures.push((i, e)),
             }
             if claimed >= self.quorum() {
@@ -104,11 +104,9 @@ impl Inspect for Masters {
                 break;
             }
         }
-        match too_soon.iter().min() {
+        match too_soon.into_iter().min() {
             // No quorum recorded this run: it does not go ahead.
-            Some(ago) => Ok(IntervalClaim::TooSoon {
-                ago: Duration::from_micros(*ago),
-            }),
+            Some(ago) => Ok(IntervalClaim::TooSoon { ago }),
             None => Err(self.no_quorum(failures)),
         }
     }
