@@ -261,3 +261,30 @@ fn run_status(url: &str, uid: u32) -> std::process::Command {
     scrub(&mut cmd);
     cmd
 }
+
+/// Guards against the `--min-interval` look deciding a run it cannot judge: a look that fails
+/// (here the name's interval record is a directory) neither skips the run nor ends it early; the
+/// run waits its turn, and the claim made once it holds the name decides (and fails, naming the
+/// record, exit 69).
+#[test]
+fn a_failed_min_interval_look_leaves_the_decision_to_the_claim() {
+    let env = Scene::file();
+    let mut holder = env.hold("cron", "h", &[]);
+    std::fs::create_dir(env.state().join("cron.interval")).unwrap();
+    let mut late = env.waiter("cron", &["--min-interval", "1h"], "touch ran");
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        !late.exited(),
+        "the failed look ended the run: {}",
+        late.stderr_so_far()
+    );
+    assert_eq!(code(&holder.finish()), 0);
+    let out = late.wait(SOON);
+    assert_eq!(code(&out), 69, "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("cron.interval"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(!env.path("ran").exists(), "the command ran");
+}
