@@ -1,5 +1,6 @@
-//! How lockrun's programs are linked on Linux with glibc: at a fixed address, and, in release
-//! builds whose linker can, with the functions a short run executes laid out side by side.
+//! How lockrun's programs are linked on Linux with glibc: at a fixed address, with the unwinder
+//! inside, and, in release builds whose linker can, with the functions a short run executes laid
+//! out side by side.
 //!
 //! **A fixed address.** A position-independent lockrun has about 22,000 relative relocations
 //! (vtables, tables of string slices), which the dynamic loader applies at every start by writing
@@ -10,6 +11,15 @@
 //! address needs no such relocations. The price is that the program's own code and data are at the
 //! same address in every run (address-space layout randomisation still moves the stack, the heap
 //! and every shared library); a packager who prefers the randomisation builds with `LOCKRUN_PIE=1`.
+//!
+//! **The unwinder inside.** Rust's standard library takes its unwinder (`_Unwind_*`, used for
+//! backtraces) from `libgcc_s.so`. Each shared library costs every start its mapping, its
+//! relocations and its page faults, and `libgcc_s` also runs a constructor that probes the CPU
+//! with `cpuid`, which traps to the hypervisor on a virtual machine. Together with libm (see
+//! `src/main.rs`) that was 0.2 ms of a 2.5 ms run. So the link searches first a directory whose
+//! `libgcc_s.so` is a linker script naming the static `libgcc_eh.a`, which is what
+//! `gcc -static-libgcc` links for C programs; a toolchain without it (tried once, as below) links
+//! as before.
 //!
 //! **The run's functions together.** `tools/startup-order.txt` lists the functions a short run
 //! executes (written by `tools/startup_order.py`); lld places them first, so that they share a few
@@ -36,12 +46,21 @@ fn main() {
     if !pie_wanted {
         println!("cargo:rustc-link-arg-bins=-no-pie");
     }
+    let unwinder = static_unwinder_dir();
+    if links_with(&["-L".to_owned(), format!("native={}", unwinder.display())]) {
+        println!("cargo:rustc-link-search=native={}", unwinder.display());
+    }
     let order = Path::new(&env("CARGO_MANIFEST_DIR").unwrap_or_default()).join(ORDER);
     let ordering = [
         format!("-Wl,--symbol-ordering-file={}", order.display()),
         "-Wl,--no-warn-symbol-ordering".to_owned(),
     ];
-    if env("PROFILE").as_deref() == Some("release") && order.exists() && links_with(&ordering) {
+    let ordering_flags: Vec<String> = ordering
+        .iter()
+        .flat_map(|arg| ["-C".to_owned(), format!("link-arg={arg}")])
+        .collect();
+    if env("PROFILE").as_deref() == Some("release") && order.exists() && links_with(&ordering_flags)
+    {
         for arg in &ordering {
             println!("cargo:rustc-link-arg-bins={arg}");
         }
@@ -52,9 +71,20 @@ fn env(name: &str) -> Option<String> {
     std::env::var(name).ok()
 }
 
-/// Whether an empty program links for the target with `args` added, through the same rustc,
-/// linker and flags as lockrun.
-fn links_with(args: &[String]) -> bool {
+/// A directory holding `libgcc_s.so`: a linker script that names the static `libgcc_eh.a`.
+fn static_unwinder_dir() -> PathBuf {
+    let dir = PathBuf::from(env("OUT_DIR").unwrap_or_default()).join("static-unwinder");
+    let script = dir.join("libgcc_s.so");
+    if !script.exists() {
+        let _ = std::fs::create_dir_all(&dir);
+        let _ = std::fs::write(&script, "INPUT(-lgcc_eh)\n");
+    }
+    dir
+}
+
+/// Whether an empty program links for the target with the rustc flags `flags` added, through the
+/// same rustc, linker and flags as lockrun.
+fn links_with(flags: &[String]) -> bool {
     let out = PathBuf::from(env("OUT_DIR").unwrap_or_default());
     let source = out.join("link_probe.rs");
     if std::fs::write(&source, "fn main() {}\n").is_err() {
@@ -74,9 +104,7 @@ fn links_with(args: &[String]) -> bool {
     if let Some(flags) = env("CARGO_ENCODED_RUSTFLAGS").filter(|f| !f.is_empty()) {
         rustc.args(flags.split('\x1f'));
     }
-    for arg in args {
-        rustc.arg("-C").arg(format!("link-arg={arg}"));
-    }
+    rustc.args(flags);
     rustc
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
