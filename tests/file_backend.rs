@@ -288,3 +288,25 @@ fn a_failed_min_interval_look_leaves_the_decision_to_the_claim() {
     );
     assert!(!env.path("ran").exists(), "the command ran");
 }
+
+/// A run that found the name held looks at when it last ran without the record's lock: a look
+/// that waited for it would hang (deaf to its signals) behind whoever holds it, and a looker
+/// paused while holding it would keep the holder's own claim waiting.
+#[test]
+fn a_min_interval_look_does_not_wait_for_the_record_lock() {
+    let env = Scene::file();
+    let mut holder = env.hold("cron", "h", &["--min-interval", "1h"]);
+    let record = std::fs::File::open(env.state().join("cron.interval")).unwrap();
+    record.lock().unwrap();
+    let mut late = env.waiter("cron", &["--min-interval", "1h"], "touch ran");
+    let out = late.wait(SOON);
+    assert_eq!(code(&out), 75, "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("--min-interval"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(!env.path("ran").exists(), "the command ran");
+    drop(record);
+    assert_eq!(code(&holder.finish()), 0);
+}

@@ -2,7 +2,7 @@
 //! the file's lock. One host has one clock worth trusting for this: within a boot the boot clock
 //! (monotonic, unmoved by wall-clock steps, counting through suspend); across a reboot the wall
 //! clock. A record from the future (the wall clock went back) counts as too soon, never as a free
-//! pass. A run's look before it waits reads the record under the same lock and writes nothing.
+//! pass. A run's look before it waits reads the record without the lock and writes nothing.
 
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -73,54 +73,59 @@ impl Stamp {
 /// Records a run of the name whose record file is `file_name`, unless the last is younger than
 /// `interval`.
 pub fn claim(dir: &StateDir, file_name: &str, interval: Duration) -> io::Result<IntervalClaim> {
-    judge(dir, file_name, interval, true)
+    judge(dir, file_name, interval)
 }
 
-/// How long ago the name whose record file is `file_name` last ran, if less than `interval`;
-/// records nothing.
+/// How long ago the name whose record file is `file_name` last ran, if less than `interval`.
+///
+/// Records nothing and takes no lock: a look is made by a run that found the name held, and
+/// must never keep the holder's claim waiting (as a look paused while it held the record's lock
+/// would, and a blocked lock would also keep this run from its signals). A claim empties the
+/// record and writes it whole, so a read that meets one half done finds no record, or one cut
+/// short: unreadable, or older than it is (a number missing its last digits). Neither is ever
+/// "too soon" by mistake, and the claim made once the name is held decides.
 pub fn ran_within(
     dir: &StateDir,
     file_name: &str,
     interval: Duration,
 ) -> io::Result<Option<Duration>> {
-    Ok(match judge(dir, file_name, interval, false)? {
+    let Some(file) = dir.open_existing(file_name)? else {
+        return Ok(None);
+    };
+    let mut buf = [0u8; 128];
+    let len = file.read_at(&mut buf, 0)?;
+    Ok(match verdict(&buf[..len], &Stamp::now(), interval) {
         IntervalClaim::TooSoon { ago } => Some(ago),
         IntervalClaim::Claimed => None,
     })
 }
 
-/// Whether the last run is at least `interval` old, recording a run now if so and `record`.
-fn judge(
-    dir: &StateDir,
-    file_name: &str,
-    interval: Duration,
-    record: bool,
-) -> io::Result<IntervalClaim> {
+/// Records a run now, under the record's lock, unless the last is younger than `interval`.
+fn judge(dir: &StateDir, file_name: &str, interval: Duration) -> io::Result<IntervalClaim> {
     let file = dir.open_rw(file_name)?;
     file.lock().map_err(|e| dir.named(file_name, e))?;
     let mut buf = [0u8; 128];
     let len = file.read_at(&mut buf, 0)?;
     let now = Stamp::now();
-    if let Some(last) = std::str::from_utf8(&buf[..len])
-        .ok()
-        .and_then(Stamp::decode)
-    {
-        match last.age(&now) {
-            Some(ago) if ago >= interval => {}
-            ago => {
-                return Ok(IntervalClaim::TooSoon {
-                    ago: ago.unwrap_or_default(),
-                });
-            }
-        }
+    let verdict = verdict(&buf[..len], &now, interval);
+    if verdict == IntervalClaim::Claimed {
+        file.set_len(0)?;
+        file.write_all_at(now.encode().as_bytes(), 0)?;
     }
-    if !record {
-        return Ok(IntervalClaim::Claimed);
+    Ok(verdict)
+}
+
+/// Whether the run `record` tells of is at least `interval` before `now` (no record, or one
+/// that cannot be read, is no run).
+fn verdict(record: &[u8], now: &Stamp, interval: Duration) -> IntervalClaim {
+    let last = std::str::from_utf8(record).ok().and_then(Stamp::decode);
+    match last.map(|last| last.age(now)) {
+        None => IntervalClaim::Claimed,
+        Some(Some(ago)) if ago >= interval => IntervalClaim::Claimed,
+        Some(ago) => IntervalClaim::TooSoon {
+            ago: ago.unwrap_or_default(),
+        },
     }
-    let text = now.encode();
-    file.set_len(0)?;
-    file.write_all_at(text.as_bytes(), 0)?;
-    Ok(IntervalClaim::Claimed)
 }
 
 #[cfg(test)]
@@ -146,6 +151,57 @@ mod tests {
             claim(&dir, "n.interval", Duration::from_nanos(1)).unwrap(),
             IntervalClaim::Claimed
         );
+    }
+
+    #[test]
+    fn a_look_takes_no_lock_and_creates_nothing() {
+        let (_tmp, dir) = StateDir::temporary();
+        let minute = Duration::from_secs(60);
+        assert_eq!(ran_within(&dir, "n.interval", minute).unwrap(), None);
+        assert!(dir.open_existing("n.interval").unwrap().is_none());
+        claim(&dir, "n.interval", minute).unwrap();
+        let held = dir.open_rw("n.interval").unwrap();
+        held.lock().unwrap();
+        let (looked, answer) = std::sync::mpsc::channel();
+        let dir = std::sync::Arc::new(dir);
+        let looker = std::sync::Arc::clone(&dir);
+        std::thread::spawn(move || {
+            let _ = looked.send(ran_within(&looker, "n.interval", minute).unwrap());
+        });
+        let ago = answer
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the look waited for the record's lock");
+        assert!(ago.is_some_and(|ago| ago < minute), "{ago:?}");
+    }
+
+    #[test]
+    fn a_record_cut_short_is_never_too_soon() {
+        let now = Stamp {
+            boot_id: "b".into(),
+            since_boot: Duration::from_secs(1_000),
+            wall: Duration::from_secs(50_000),
+        };
+        let minute = Duration::from_secs(60);
+        for boot in ["b", "a"] {
+            let old = Stamp {
+                boot_id: boot.into(),
+                since_boot: Duration::from_secs(100),
+                wall: Duration::from_secs(40_000),
+            }
+            .encode();
+            assert_eq!(
+                verdict(old.as_bytes(), &now, minute),
+                IntervalClaim::Claimed
+            );
+            for cut in 0..old.len() {
+                assert_eq!(
+                    verdict(&old.as_bytes()[..cut], &now, minute),
+                    IntervalClaim::Claimed,
+                    "{:?}",
+                    &old[..cut]
+                );
+            }
+        }
     }
 
     #[test]
