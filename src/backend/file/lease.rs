@@ -40,12 +40,18 @@ impl HolderRecord {
         serde_json::from_slice(buf[..len].trim_ascii_end()).ok()
     }
 
-    /// Writes the record over the whole of `file`.
+    /// Writes the record over the whole of `file`, cutting off the rest of a longer one (left by
+    /// a holder that died). A file released cleanly is empty: it is only written, since a
+    /// truncation costs a journalled inode update even when it changes no size.
     fn write(&self, file: &File) -> io::Result<()> {
         let mut json = serde_json::to_vec(self).map_err(io::Error::other)?;
         json.push(b'\n');
         file.write_all_at(&json, 0)?;
-        file.set_len(json.len() as u64)
+        let len = json.len() as u64;
+        if file.metadata()?.len() > len {
+            file.set_len(len)?;
+        }
+        Ok(())
     }
 }
 
@@ -191,5 +197,31 @@ impl Lease for FileLease {
             endpoint: dir.path().join(&lock_name).display().to_string(),
             reason: io_reason(&e),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::Mode;
+
+    fn record(note: Option<&str>) -> HolderRecord {
+        HolderRecord {
+            token: 7,
+            slot: 0,
+            limit: 1,
+            ttl_ms: 15_000,
+            holder: HolderInfo::current(note.map(str::to_owned), Mode::Exclusive),
+        }
+    }
+
+    #[test]
+    fn a_record_replaces_a_longer_one_whole() {
+        let (_tmp, dir) = StateDir::temporary();
+        let file = dir.open_rw("n.lock").unwrap();
+        record(Some(&"x".repeat(500))).write(&file).unwrap();
+        let short = record(None);
+        short.write(&file).unwrap();
+        assert_eq!(HolderRecord::read(&file), Some(short));
     }
 }
