@@ -5,6 +5,7 @@
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
+use crate::support::asserts::assert_ended_without_running;
 use crate::support::lockrun::{BIN, Proc, output, scrub, stderr_of_exited};
 use crate::support::scene::Scene;
 use crate::support::tools::{self, chmod};
@@ -279,7 +280,7 @@ fn a_failed_min_interval_look_leaves_the_decision_to_the_claim() {
         late.stderr_so_far()
     );
     assert_eq!(code(&holder.finish()), 0);
-    ended_without_running(&env, &late.wait(SOON), 69, "cron.interval");
+    assert_ended_without_running(&env, &late.wait(SOON), 69, "cron.interval");
 }
 
 /// A run that found the name held looks at when it last ran without the record's lock: a look
@@ -292,15 +293,7 @@ fn a_min_interval_look_does_not_wait_for_the_record_lock() {
     let record = std::fs::File::open(env.state().join("cron.interval")).unwrap();
     record.lock().unwrap();
     let mut late = env.waiter("cron", &["--min-interval", "1h"], "touch ran");
-    ended_without_running(&env, &late.wait(SOON), 75, "--min-interval");
+    assert_ended_without_running(&env, &late.wait(SOON), 75, "--min-interval");
     drop(record);
     assert_eq!(code(&holder.finish()), 0);
-}
-
-/// `out` is a run that exited `status`, saying `says`, without running its command (which would
-/// have made the file `ran`).
-fn ended_without_running(env: &Scene, out: &std::process::Output, status: i32, says: &str) {
-    assert_eq!(code(out), status, "{}", text(&out.stderr));
-    assert!(text(&out.stderr).contains(says), "{}", text(&out.stderr));
-    assert!(!env.path("ran").exists(), "the command ran");
 }

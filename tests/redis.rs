@@ -1,12 +1,16 @@
 //! What only the `redis://` backend has: `rediss://` with certificate checks. Everything it shares
 //! with the other backends is in the conformance suite.
 
-use crate::support::asserts::assert_said;
+use std::time::Duration;
+
+use crate::support::asserts::{assert_ended_without_running, assert_said};
 use crate::support::certs::Certificates;
-use crate::support::lockrun::{lockrun, output};
+use crate::support::fixture::{Fixture, Reachable};
+use crate::support::lockrun::{Proc, lockrun, output};
 use crate::support::redis_server::RedisServer;
+use crate::support::scene::Scene;
 use crate::support::single_server::SingleServer;
-use crate::support::wait::{code, text};
+use crate::support::wait::{SOON, code, text, wait_until};
 
 #[test]
 fn rediss_connects_with_a_trusted_certificate_and_refuses_an_unknown_one() {
@@ -38,4 +42,50 @@ fn rediss_connects_with_a_trusted_certificate_and_refuses_an_unknown_one() {
     );
     assert_eq!(code(&untrusted), 69, "{}", text(&untrusted.stderr));
     assert_said(&untrusted, &format!("localhost:{}", server.port()));
+}
+
+/// A `--min-interval` look that gets no answer decides nothing: the late run, finding the name
+/// held, waits in line as it would without the look, and the claim it makes once it holds the
+/// name decides (here: too soon, exit 75, its command never run).
+#[test]
+fn an_unanswered_min_interval_look_leaves_the_decision_to_the_claim() {
+    let server = RedisServer::start();
+    let scene = Scene::new(server.url());
+    let (proxy, via) = server.proxied().expect("a proxy");
+    let claim_script = server.ask(&[
+        "SCRIPT",
+        "LOAD",
+        include_str!("../src/backend/redis/lua/claim_interval.lua"),
+    ]);
+    let mut holder = scene.hold("cron", "h", &["--min-interval", "1h"]);
+    let look = proxy.lose_reply_to(claim_script.as_bytes());
+    let mut late = Proc::spawn(&mut scene.cmd_via(
+        &via,
+        [
+            "-vv",
+            "--name",
+            "cron",
+            "--min-interval",
+            "1h",
+            "--wait",
+            "60s",
+            "--",
+            "touch",
+            "ran",
+        ],
+    ));
+    look.wait(SOON).expect("the late run never looked");
+    let gave_up = wait_until(Duration::from_secs(20), || {
+        let said = late.stderr_so_far();
+        said.contains("cannot see when cron last ran") || said.contains("took too long")
+    });
+    assert!(gave_up, "the look never gave up: {}", late.stderr_so_far());
+    assert!(
+        !late.exited(),
+        "the unanswered look ended the run: {}",
+        late.stderr_so_far()
+    );
+    assert_eq!(code(&holder.finish()), 0);
+    let out = late.wait(Duration::from_secs(30));
+    assert_ended_without_running(&scene, &out, 75, "less than --min-interval");
 }

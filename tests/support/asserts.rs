@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::holder::Holder;
 use super::proxy::Proxy;
+use super::scene::Scene;
 use super::timing::LeaseTiming;
 use super::wait::{alive, code, text, wait_before, wait_until};
 
@@ -114,4 +115,12 @@ pub fn assert_hidden(seen: &str, secrets: &[&str]) {
     for secret in secrets {
         assert!(!seen.contains(secret), "{secret:?} leaked: {seen}");
     }
+}
+
+/// `out` is a run that exited `status`, saying `says`, without running its command (which would
+/// have made the file `ran` in `scene`).
+pub fn assert_ended_without_running(scene: &Scene, out: &Output, status: i32, says: &str) {
+    assert_eq!(code(out), status, "{}", text(&out.stderr));
+    assert_said(out, says);
+    assert!(!scene.path("ran").exists(), "the command ran");
 }
