@@ -121,7 +121,7 @@ async fn acquire(
             ..request.clone()
         };
         match wait_for(backend, &once, config, signals).await? {
-            (Acquired::Busy, _) => skip_if_ran_recently(backend, config, interval).await?,
+            (Acquired::Busy, _) => skip_if_ran_recently(backend, config, interval, signals).await?,
             ended => return lease_of(backend, config, ended).await,
         }
     }
@@ -194,12 +194,22 @@ async fn skip_if_ran_recently(
     backend: &dyn Backend,
     config: &RunConfig,
     interval: Duration,
+    signals: &mut tokio::sync::mpsc::UnboundedReceiver<nix::sys::signal::Signal>,
 ) -> Result<(), Error> {
-    let looked = tokio::time::timeout(
+    let look = tokio::time::timeout(
         INTERVAL_LOOK_TIMEOUT,
         backend.inspect().ran_within(&config.name, interval),
-    )
-    .await;
+    );
+    // A signal ends the run at once, as it ends a wait: a slow look is not worth waiting out.
+    let looked = tokio::select! {
+        looked = look => looked,
+        Some(signal) = signals.recv() => {
+            return Err(Error::Interrupted {
+                signal,
+                during: format!("while waiting for {}", config.name),
+            });
+        }
+    };
     match looked {
         Ok(Ok(Some(ago))) => Err(too_soon(config, ago, interval)),
         Ok(Ok(None)) => Ok(()),

@@ -3,10 +3,14 @@
 
 use std::time::Duration;
 
+use nix::sys::signal::Signal;
+
 use crate::support::asserts::{assert_ended_without_running, assert_said};
 use crate::support::certs::Certificates;
 use crate::support::fixture::{Fixture, Reachable};
+use crate::support::holder::Holder;
 use crate::support::lockrun::{Proc, lockrun, output};
+use crate::support::proxy::Proxy;
 use crate::support::redis_server::RedisServer;
 use crate::support::scene::Scene;
 use crate::support::single_server::SingleServer;
@@ -49,6 +53,42 @@ fn rediss_connects_with_a_trusted_certificate_and_refuses_an_unknown_one() {
 /// name decides (here: too soon, exit 75, its command never run).
 #[test]
 fn an_unanswered_min_interval_look_leaves_the_decision_to_the_claim() {
+    let (_server, scene, mut holder, mut late, _proxy) = late_run_whose_look_gets_no_answer();
+    let gave_up = wait_until(Duration::from_secs(20), || {
+        let said = late.stderr_so_far();
+        said.contains("cannot see when cron last ran") || said.contains("took too long")
+    });
+    assert!(gave_up, "the look never gave up: {}", late.stderr_so_far());
+    assert!(
+        !late.exited(),
+        "the unanswered look ended the run: {}",
+        late.stderr_so_far()
+    );
+    assert_eq!(code(&holder.finish()), 0);
+    let out = late.wait(Duration::from_secs(30));
+    assert_ended_without_running(&scene, &out, 75, "less than --min-interval");
+}
+
+/// A signal during the look ends the run at once, as during a wait: it is not left queued until
+/// the look gives up.
+#[test]
+fn a_signal_during_a_min_interval_look_ends_the_run_at_once() {
+    let (_server, scene, mut holder, mut late, _proxy) = late_run_whose_look_gets_no_answer();
+    late.signal(Signal::SIGTERM);
+    let out = late.wait(SOON);
+    assert_ended_without_running(&scene, &out, 128 + 15, "interrupted by SIGTERM");
+    assert!(
+        !text(&out.stderr).contains("cannot see when"),
+        "the signal waited for the look to give up: {}",
+        text(&out.stderr)
+    );
+    assert_eq!(code(&holder.finish()), 0);
+}
+
+/// A holder of `cron` that recorded its run for `--min-interval`, and a late run of the name
+/// (`-vv`, `--wait 60s`) whose look at when it last ran has just been sent, through a proxy that
+/// swallows the answer.
+fn late_run_whose_look_gets_no_answer() -> (RedisServer, Scene, Holder, Proc, Proxy) {
     let server = RedisServer::start();
     let scene = Scene::new(server.url());
     let (proxy, via) = server.proxied().expect("a proxy");
@@ -57,9 +97,9 @@ fn an_unanswered_min_interval_look_leaves_the_decision_to_the_claim() {
         "LOAD",
         include_str!("../src/backend/redis/lua/claim_interval.lua"),
     ]);
-    let mut holder = scene.hold("cron", "h", &["--min-interval", "1h"]);
+    let holder = scene.hold("cron", "h", &["--min-interval", "1h"]);
     let look = proxy.lose_reply_to(claim_script.as_bytes());
-    let mut late = Proc::spawn(&mut scene.cmd_via(
+    let late = Proc::spawn(&mut scene.cmd_via(
         &via,
         [
             "-vv",
@@ -75,17 +115,5 @@ fn an_unanswered_min_interval_look_leaves_the_decision_to_the_claim() {
         ],
     ));
     look.wait(SOON).expect("the late run never looked");
-    let gave_up = wait_until(Duration::from_secs(20), || {
-        let said = late.stderr_so_far();
-        said.contains("cannot see when cron last ran") || said.contains("took too long")
-    });
-    assert!(gave_up, "the look never gave up: {}", late.stderr_so_far());
-    assert!(
-        !late.exited(),
-        "the unanswered look ended the run: {}",
-        late.stderr_so_far()
-    );
-    assert_eq!(code(&holder.finish()), 0);
-    let out = late.wait(Duration::from_secs(30));
-    assert_ended_without_running(&scene, &out, 75, "less than --min-interval");
+    (server, scene, holder, late, proxy)
 }
