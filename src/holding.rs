@@ -273,6 +273,16 @@ async fn run_command(
         env_remove: secret_variables(),
         sole_child: true,
     };
+    // A signal that came while the lease was being made ready (the `--min-interval` claim, a
+    // grant too late to use) ends the run as it would have ended the wait: the command is not
+    // started only to be signalled at once.
+    if let Ok(signal) = signals.try_recv() {
+        release_unused(lease).await;
+        return Err(Error::Interrupted {
+            signal,
+            during: format!("before starting the command under {}", config.name),
+        });
+    }
     let mut child = match Child::spawn(launch) {
         Ok(child) => child,
         Err(e) => {

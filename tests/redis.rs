@@ -85,6 +85,50 @@ fn a_signal_during_a_min_interval_look_ends_the_run_at_once() {
     assert_eq!(code(&holder.finish()), 0);
 }
 
+/// A signal that comes once the lease is held but before the command starts (here, during a
+/// slow `--min-interval` claim) ends the run without starting the command.
+#[test]
+fn a_signal_before_the_command_starts_keeps_it_from_starting() {
+    let server = RedisServer::start();
+    let scene = Scene::new(server.url());
+    let (proxy, via) = server.proxied().expect("a proxy");
+    let claim = proxy.hold_request(
+        claim_script(&server).as_bytes(),
+        Duration::from_millis(1500),
+    );
+    let mut run = Proc::spawn(&mut scene.cmd_via(
+        &via,
+        [
+            "--name",
+            "cron",
+            "--min-interval",
+            "1h",
+            "--",
+            "sh",
+            "-c",
+            "trap '' TERM; touch ran",
+        ],
+    ));
+    claim.wait(SOON).expect("the run never claimed");
+    run.signal(Signal::SIGTERM);
+    let out = run.wait(SOON);
+    assert_ended_without_running(&scene, &out, 128 + 15, "interrupted by SIGTERM");
+    // The lease was given back: the name is free at once.
+    assert_eq!(
+        code(&scene.run(["--name", "cron", "--no-wait", "--", "true"])),
+        0
+    );
+}
+
+/// The `--min-interval` script's SHA, as `EVALSHA` sends it.
+fn claim_script(server: &RedisServer) -> String {
+    server.ask(&[
+        "SCRIPT",
+        "LOAD",
+        include_str!("../src/backend/redis/lua/claim_interval.lua"),
+    ])
+}
+
 /// A holder of `cron` that recorded its run for `--min-interval`, and a late run of the name
 /// (`-vv`, `--wait 60s`) whose look at when it last ran has just been sent, through a proxy that
 /// swallows the answer.
@@ -92,13 +136,8 @@ fn late_run_whose_look_gets_no_answer() -> (RedisServer, Scene, Holder, Proc, Pr
     let server = RedisServer::start();
     let scene = Scene::new(server.url());
     let (proxy, via) = server.proxied().expect("a proxy");
-    let claim_script = server.ask(&[
-        "SCRIPT",
-        "LOAD",
-        include_str!("../src/backend/redis/lua/claim_interval.lua"),
-    ]);
     let holder = scene.hold("cron", "h", &["--min-interval", "1h"]);
-    let look = proxy.lose_reply_to(claim_script.as_bytes());
+    let look = proxy.lose_reply_to(claim_script(&server).as_bytes());
     let late = Proc::spawn(&mut scene.cmd_via(
         &via,
         [
