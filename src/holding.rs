@@ -25,7 +25,12 @@ pub async fn run(config: RunConfig) -> Result<u8, Error> {
     // Before waiting or spawning: a signal from now on is ours to handle, never lost.
     let mut signals = supervisor::listen()
         .map_err(|e| Error::internal(format!("cannot install signal handlers: {e}")))?;
-    let backend = config.backend.open().await?;
+    // Opening may wait on the server (a first request that checks it answers): a signal ends
+    // that wait as it ends the wait for the lock.
+    let backend = tokio::select! {
+        opened = config.backend.open() => opened?,
+        Some(signal) = signals.recv() => return Err(interrupted_waiting(signal, &config)),
+    };
     let mut request = AcquireRequest {
         name: config.name.clone(),
         limit: config.limit,
@@ -175,10 +180,7 @@ async fn lease_of(
             code: config.busy_exit_code,
         }),
         Acquired::Cancelled => Err(match interrupted {
-            Some(signal) => Error::Interrupted {
-                signal,
-                during: format!("while waiting for {}", config.name),
-            },
+            Some(signal) => interrupted_waiting(signal, config),
             None => Error::internal("the wait was cancelled for no reason"),
         }),
     }
@@ -203,12 +205,7 @@ async fn skip_if_ran_recently(
     // A signal ends the run at once, as it ends a wait: a slow look is not worth waiting out.
     let looked = tokio::select! {
         looked = look => looked,
-        Some(signal) = signals.recv() => {
-            return Err(Error::Interrupted {
-                signal,
-                during: format!("while waiting for {}", config.name),
-            });
-        }
+        Some(signal) = signals.recv() => return Err(interrupted_waiting(signal, config)),
     };
     match looked {
         Ok(Ok(Some(ago))) => Err(too_soon(config, ago, interval)),
@@ -238,6 +235,14 @@ async fn claim_interval(
     {
         IntervalClaim::Claimed => Ok(()),
         IntervalClaim::TooSoon { ago } => Err(too_soon(config, ago, interval)),
+    }
+}
+
+/// A signal ended the run before it held NAME.
+fn interrupted_waiting(signal: nix::sys::signal::Signal, config: &RunConfig) -> Error {
+    Error::Interrupted {
+        signal,
+        during: format!("while waiting for {}", config.name),
     }
 }
 

@@ -42,6 +42,7 @@ macro_rules! conformance {
             inspection::passwords_never_leak,
             inspection::unreachable_backend_exits_69_naming_it,
             inspection::silent_server_at_startup_exits_69,
+            inspection::a_signal_while_the_server_is_silent_ends_the_run_at_once,
             inspection::malformed_urls_exit_64_without_the_password,
             inspection::the_drill_passes,
             modes::readers_share_and_writers_run_alone,

@@ -5,12 +5,14 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::support::asserts::{assert_hidden, assert_one_line};
+use nix::sys::signal::Signal;
+
+use crate::support::asserts::{assert_ended_without_running, assert_hidden, assert_one_line};
 use crate::support::fixture::Fixture;
-use crate::support::lockrun::{lockrun, output};
+use crate::support::lockrun::{Proc, lockrun, output};
 use crate::support::scene::Scene;
 use crate::support::tools::chmod;
-use crate::support::wait::{SOON, code, text};
+use crate::support::wait::{SOON, code, text, wait_until};
 
 /// The keys of an object, sorted.
 fn keys(value: &Value) -> Vec<&str> {
@@ -241,6 +243,33 @@ pub fn silent_server_at_startup_exits_69<F: Fixture>() {
         "gave up only after {:?}",
         started.elapsed()
     );
+}
+
+/// Guards against a signal being held until a silent server's timeouts run out: Ctrl-C or SIGTERM
+/// while lockrun waits for a server that never answers (to open the backend, or to a try) ends
+/// the run at once with the signal's status, and nothing runs. Without a server: a signal while
+/// waiting behind a holder does the same.
+pub fn a_signal_while_the_server_is_silent_ends_the_run_at_once<F: Fixture>() {
+    let fx = F::start();
+    let s = Scene::new(fx.url());
+    let (mut run, _proxy, _holder) = match fx.proxied() {
+        Some((proxy, url)) => {
+            proxy.blackhole();
+            let run = Proc::spawn(&mut s.cmd_via(&url, ["--name", "x", "--", "touch", "ran"]));
+            let connected = wait_until(SOON, || proxy.accepted() > 0);
+            assert!(connected, "lockrun never connected to the proxy");
+            (run, Some(proxy), None)
+        }
+        None => {
+            let holder = s.hold("x", "h", &[]);
+            let run = s.spawn(["--name", "x", "--", "touch", "ran"]);
+            s.wait_waiters("x", 1);
+            (run, None, Some(holder))
+        }
+    };
+    run.signal(Signal::SIGTERM);
+    let out = run.wait(SOON);
+    assert_ended_without_running(&s, &out, 128 + 15, "interrupted by SIGTERM");
 }
 
 /// Guards against a malformed URL being echoed with its password or read as anything but a usage
