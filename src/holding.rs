@@ -100,7 +100,10 @@ pub async fn run(config: RunConfig) -> Result<u8, Error> {
         );
     }
     if let Some(interval) = config.min_interval
-        && let Err(e) = claim_interval(&*backend, &config, interval).await
+        && let Err(e) = tokio::select! {
+            claimed = claim_interval(&*backend, &config, interval) => claimed,
+            Some(signal) = signals.recv() => Err(interrupted_starting(signal, &config)),
+        }
     {
         release_unused(lease).await;
         return Err(e);
@@ -246,6 +249,14 @@ fn interrupted_waiting(signal: nix::sys::signal::Signal, config: &RunConfig) -> 
     }
 }
 
+/// A signal ended the run once it held NAME, before the command started.
+fn interrupted_starting(signal: nix::sys::signal::Signal, config: &RunConfig) -> Error {
+    Error::Interrupted {
+        signal,
+        during: format!("before starting the command under {}", config.name),
+    }
+}
+
 fn too_soon(config: &RunConfig, ago: Duration, interval: Duration) -> Error {
     Error::Busy {
         message: format!(
@@ -283,10 +294,7 @@ async fn run_command(
     // started only to be signalled at once.
     if let Ok(signal) = signals.try_recv() {
         release_unused(lease).await;
-        return Err(Error::Interrupted {
-            signal,
-            during: format!("before starting the command under {}", config.name),
-        });
+        return Err(interrupted_starting(signal, config));
     }
     let mut child = match Child::spawn(launch) {
         Ok(child) => child,

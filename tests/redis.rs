@@ -10,7 +10,7 @@ use crate::support::certs::Certificates;
 use crate::support::fixture::{Fixture, Reachable};
 use crate::support::holder::Holder;
 use crate::support::lockrun::{Proc, lockrun, output};
-use crate::support::proxy::Proxy;
+use crate::support::proxy::{Proxy, Trigger};
 use crate::support::redis_server::RedisServer;
 use crate::support::scene::Scene;
 use crate::support::single_server::SingleServer;
@@ -86,17 +86,39 @@ fn a_signal_during_a_min_interval_look_ends_the_run_at_once() {
 }
 
 /// A signal that comes once the lease is held but before the command starts (here, during a
-/// slow `--min-interval` claim) ends the run without starting the command.
+/// slow `--min-interval` claim) ends the run without starting the command, and gives the lease
+/// back.
 #[test]
 fn a_signal_before_the_command_starts_keeps_it_from_starting() {
+    let (_server, scene, _proxy, mut run) =
+        claiming_run(|proxy, claim| proxy.hold_request(claim, Duration::from_millis(1500)));
+    run.signal(Signal::SIGTERM);
+    let out = run.wait(SOON);
+    assert_ended_without_running(&scene, &out, 128 + 15, "interrupted by SIGTERM");
+    assert_eq!(
+        code(&scene.run(["--name", "cron", "--no-wait", "--", "true"])),
+        0
+    );
+}
+
+/// A signal during a claim that gets no answer ends the run at once with the signal's status,
+/// not with "no answer" once the claim gives up.
+#[test]
+fn a_signal_during_an_unanswered_claim_ends_the_run_at_once() {
+    let (_server, scene, _proxy, mut run) = claiming_run(|proxy, claim| proxy.lose_reply_to(claim));
+    run.signal(Signal::SIGTERM);
+    let out = run.wait(SOON);
+    assert_ended_without_running(&scene, &out, 128 + 15, "interrupted by SIGTERM");
+}
+
+/// A run of `cron` with `--min-interval`, through a proxy armed by `fault` on the claim's
+/// request, once that request was sent. Its command would ignore SIGTERM and make the file `ran`.
+fn claiming_run(fault: impl FnOnce(&Proxy, &[u8]) -> Trigger) -> (RedisServer, Scene, Proxy, Proc) {
     let server = RedisServer::start();
     let scene = Scene::new(server.url());
     let (proxy, via) = server.proxied().expect("a proxy");
-    let claim = proxy.hold_request(
-        claim_script(&server).as_bytes(),
-        Duration::from_millis(1500),
-    );
-    let mut run = Proc::spawn(&mut scene.cmd_via(
+    let claim = fault(&proxy, claim_script(&server).as_bytes());
+    let run = Proc::spawn(&mut scene.cmd_via(
         &via,
         [
             "--name",
@@ -110,14 +132,7 @@ fn a_signal_before_the_command_starts_keeps_it_from_starting() {
         ],
     ));
     claim.wait(SOON).expect("the run never claimed");
-    run.signal(Signal::SIGTERM);
-    let out = run.wait(SOON);
-    assert_ended_without_running(&scene, &out, 128 + 15, "interrupted by SIGTERM");
-    // The lease was given back: the name is free at once.
-    assert_eq!(
-        code(&scene.run(["--name", "cron", "--no-wait", "--", "true"])),
-        0
-    );
+    (server, scene, proxy, run)
 }
 
 /// The `--min-interval` script's SHA, as `EVALSHA` sends it.
