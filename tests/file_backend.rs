@@ -5,6 +5,8 @@
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
+use nix::sys::signal::Signal;
+
 use crate::support::asserts::assert_ended_without_running;
 use crate::support::lockrun::{BIN, Proc, output, scrub, stderr_of_exited};
 use crate::support::scene::Scene;
@@ -281,6 +283,34 @@ fn a_failed_min_interval_look_leaves_the_decision_to_the_claim() {
     );
     assert_eq!(code(&holder.finish()), 0);
     assert_ended_without_running(&env, &late.wait(SOON), 69, "cron.interval");
+}
+
+/// A claim that finds the name's record locked by another process (one paused mid-claim) waits
+/// for it without going deaf: a signal still ends the run at once, before the command starts.
+#[test]
+fn a_claim_behind_a_locked_record_still_hears_its_signals() {
+    let env = Scene::file();
+    let first = env.run(["--name", "cron", "--min-interval", "1s", "--", "true"]);
+    assert_eq!(code(&first), 0, "{}", text(&first.stderr));
+    let record = std::fs::File::open(env.state().join("cron.interval")).unwrap();
+    record.lock().unwrap();
+    let mut run = env.spawn([
+        "-vv",
+        "--name",
+        "cron",
+        "--min-interval",
+        "1s",
+        "--",
+        "touch",
+        "ran",
+    ]);
+    assert!(
+        wait_until(SOON, || run.stderr_so_far().contains("acquired cron")),
+        "{}",
+        run.stderr_so_far()
+    );
+    run.signal(Signal::SIGTERM);
+    assert_ended_without_running(&env, &run.wait(SOON), 128 + 15, "interrupted by SIGTERM");
 }
 
 /// A run that found the name held looks at when it last ran without the record's lock: a look

@@ -175,6 +175,7 @@ impl Inspect for FileBackend {
         interval: Duration,
     ) -> Result<IntervalClaim, BackendError> {
         interval::claim(&self.dir, &paths::interval_file(name), interval)
+            .await
             .map_err(|e| self.failed(&e))
     }
 

@@ -4,6 +4,7 @@
 //! clock. A record from the future (the wall clock went back) counts as too soon, never as a free
 //! pass. A run's look before it waits reads the record without the lock and writes nothing.
 
+use std::fs::TryLockError;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -70,10 +71,24 @@ impl Stamp {
     }
 }
 
+/// How often a claim whose record another process has locked tries again.
+const CLAIM_RETRY: Duration = Duration::from_millis(5);
+
 /// Records a run of the name whose record file is `file_name`, unless the last is younger than
-/// `interval`.
-pub fn claim(dir: &StateDir, file_name: &str, interval: Duration) -> io::Result<IntervalClaim> {
-    judge(dir, file_name, interval)
+/// `interval`. The record's lock is held for an instant by each claim; a claim that finds it
+/// taken tries again every [`CLAIM_RETRY`] without blocking the runtime's thread, so that a
+/// process paused while holding it delays this run without making it deaf to its signals.
+pub async fn claim(
+    dir: &StateDir,
+    file_name: &str,
+    interval: Duration,
+) -> io::Result<IntervalClaim> {
+    loop {
+        if let Some(verdict) = judge(dir, file_name, interval)? {
+            return Ok(verdict);
+        }
+        tokio::time::sleep(CLAIM_RETRY).await;
+    }
 }
 
 /// How long ago the name whose record file is `file_name` last ran, if less than `interval`.
@@ -100,10 +115,15 @@ pub fn ran_within(
     })
 }
 
-/// Records a run now, under the record's lock, unless the last is younger than `interval`.
-fn judge(dir: &StateDir, file_name: &str, interval: Duration) -> io::Result<IntervalClaim> {
+/// Records a run now, under the record's lock, unless the last is younger than `interval`;
+/// `None` when another process holds the lock.
+fn judge(dir: &StateDir, file_name: &str, interval: Duration) -> io::Result<Option<IntervalClaim>> {
     let file = dir.open_rw(file_name)?;
-    file.lock().map_err(|e| dir.named(file_name, e))?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(TryLockError::WouldBlock) => return Ok(None),
+        Err(TryLockError::Error(e)) => return Err(dir.named(file_name, e)),
+    }
     let mut buf = [0u8; 128];
     let len = file.read_at(&mut buf, 0)?;
     let now = Stamp::now();
@@ -112,7 +132,7 @@ fn judge(dir: &StateDir, file_name: &str, interval: Duration) -> io::Result<Inte
         file.set_len(0)?;
         file.write_all_at(now.encode().as_bytes(), 0)?;
     }
-    Ok(verdict)
+    Ok(Some(verdict))
 }
 
 /// Whether the run `record` tells of is at least `interval` before `now` (no record, or one
@@ -132,34 +152,36 @@ fn verdict(record: &[u8], now: &Stamp, interval: Duration) -> IntervalClaim {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_second_claim_within_the_interval_is_too_soon() {
+    #[tokio::test]
+    async fn a_second_claim_within_the_interval_is_too_soon() {
         let (_tmp, dir) = StateDir::temporary();
         let minute = Duration::from_secs(60);
         assert_eq!(ran_within(&dir, "n.interval", minute).unwrap(), None);
         assert_eq!(
-            claim(&dir, "n.interval", minute).unwrap(),
+            claim(&dir, "n.interval", minute).await.unwrap(),
             IntervalClaim::Claimed
         );
         let ago = ran_within(&dir, "n.interval", minute).unwrap();
         assert!(ago.is_some_and(|ago| ago < minute), "{ago:?}");
         assert!(matches!(
-            claim(&dir, "n.interval", minute).unwrap(),
+            claim(&dir, "n.interval", minute).await.unwrap(),
             IntervalClaim::TooSoon { .. }
         ));
         assert_eq!(
-            claim(&dir, "n.interval", Duration::from_nanos(1)).unwrap(),
+            claim(&dir, "n.interval", Duration::from_nanos(1))
+                .await
+                .unwrap(),
             IntervalClaim::Claimed
         );
     }
 
-    #[test]
-    fn a_look_takes_no_lock_and_creates_nothing() {
+    #[tokio::test]
+    async fn a_look_takes_no_lock_and_creates_nothing() {
         let (_tmp, dir) = StateDir::temporary();
         let minute = Duration::from_secs(60);
         assert_eq!(ran_within(&dir, "n.interval", minute).unwrap(), None);
         assert!(dir.open_existing("n.interval").unwrap().is_none());
-        claim(&dir, "n.interval", minute).unwrap();
+        claim(&dir, "n.interval", minute).await.unwrap();
         let held = dir.open_rw("n.interval").unwrap();
         held.lock().unwrap();
         let (looked, answer) = std::sync::mpsc::channel();
@@ -172,6 +194,29 @@ mod tests {
             .recv_timeout(Duration::from_secs(10))
             .expect("the look waited for the record's lock");
         assert!(ago.is_some_and(|ago| ago < minute), "{ago:?}");
+    }
+
+    #[tokio::test]
+    async fn a_claim_waits_for_a_locked_record_without_blocking_the_runtime() {
+        let (_tmp, dir) = StateDir::temporary();
+        let held = dir.open_rw("n.interval").unwrap();
+        held.lock().unwrap();
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            drop(held);
+        });
+        let claiming = claim(&dir, "n.interval", Duration::from_secs(60));
+        tokio::pin!(claiming);
+        let runtime_went_on = tokio::select! {
+            _ = &mut claiming => false,
+            () = tokio::time::sleep(Duration::from_millis(50)) => true,
+        };
+        assert!(
+            runtime_went_on,
+            "the claim blocked the runtime, or did not wait for the lock"
+        );
+        assert_eq!(claiming.await.unwrap(), IntervalClaim::Claimed);
+        release.join().unwrap();
     }
 
     #[test]
