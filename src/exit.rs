@@ -34,7 +34,7 @@ pub const TABLE: &[(&str, &str)] = &[
     ("the command's own", "the command ran and exited"),
     (
         "128+N",
-        "the command was killed by signal N (or lockrun got signal N while waiting for the lock)",
+        "the command was killed by signal N (or lockrun got signal N before the command started: while connecting, waiting for the lock or checking --min-interval; the command is then not started)",
     ),
     (
         "64",
