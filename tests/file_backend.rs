@@ -313,6 +313,28 @@ fn a_claim_behind_a_locked_record_still_hears_its_signals() {
     assert_ended_without_running(&env, &run.wait(SOON), 128 + 15, "interrupted by SIGTERM");
 }
 
+/// A waiter that finds the line's ticket counter held by another process (one paused while it
+/// joined) tries again without going deaf: a signal still ends it at once.
+#[test]
+fn a_joiner_behind_a_held_ticket_counter_still_hears_its_signals() {
+    let env = Scene::file();
+    let mut holder = env.hold("x", "h", &[]);
+    let counter = std::fs::File::create(env.state().join("x.tickets")).unwrap();
+    counter.lock().unwrap();
+    let mut run = env.spawn(["-vv", "--name", "x", "--", "touch", "ran"]);
+    assert!(
+        wait_until(SOON, || run
+            .stderr_so_far()
+            .contains("another process is joining the line")),
+        "{}",
+        run.stderr_so_far()
+    );
+    run.signal(Signal::SIGTERM);
+    assert_ended_without_running(&env, &run.wait(SOON), 128 + 15, "interrupted by SIGTERM");
+    drop(counter);
+    assert_eq!(code(&holder.finish()), 0);
+}
+
 /// A run that found the name held looks at when it last ran without the record's lock: a look
 /// that waited for it would hang (deaf to its signals) behind whoever holds it, and a looker
 /// paused while holding it would keep the holder's own claim waiting.

@@ -34,6 +34,8 @@ const RETRIES: u32 = 6;
 /// `wakeup`) looks this often per turn still ahead of it (at most every [`SAFETY_RECHECK`]):
 /// often when it is about to be served, seldom far back.
 const POLL_PER_TURN_AHEAD: Duration = Duration::from_millis(10);
+/// How often a joiner that finds the ticket counter held by another process tries again.
+const JOIN_RETRY: Duration = Duration::from_millis(5);
 
 /// The `file://` backend.
 pub struct FileBackend {
@@ -121,7 +123,10 @@ impl FileBackend {
         cancel: &mut Cancel<'_>,
     ) -> io::Result<Acquired> {
         let line = Line::open(&self.dir, &request.name)?;
-        let mut place = Some(self.join(request, &line)?);
+        let mut place = match self.join_patiently(request, &line, cancel).await? {
+            Ok(place) => Some(place),
+            Err(ended) => return Ok(ended),
+        };
         let outcome = self.take_turn(request, &line, &mut place, cancel).await;
         if let Some(place) = place {
             line.leave(place);
@@ -129,15 +134,50 @@ impl FileBackend {
         outcome
     }
 
-    /// Joins `line`; a `--supersede` waiter wakes the older ones, which then give up.
-    fn join(&self, request: &AcquireRequest, line: &Line) -> io::Result<Place> {
-        let place = line.join(
+    /// Joins `line`, trying again every [`JOIN_RETRY`] while another process holds the ticket
+    /// counter (for an instant as it joins, or for as long as it was paused there): the deadline
+    /// and `cancel` end the try as they end the wait, and the runtime's thread never blocks.
+    async fn join_patiently(
+        &self,
+        request: &AcquireRequest,
+        line: &Line,
+        cancel: &mut Cancel<'_>,
+    ) -> io::Result<Result<Place, Acquired>> {
+        let mut said = false;
+        loop {
+            if let Some(place) = self.join(request, line)? {
+                return Ok(Ok(place));
+            }
+            if !said {
+                crate::debug!(
+                    "another process is joining the line of {}; trying again",
+                    request.name
+                );
+                said = true;
+            }
+            if request.expired() {
+                return Ok(Err(Acquired::Busy));
+            }
+            tokio::select! {
+                () = tokio::time::sleep(JOIN_RETRY) => {}
+                () = cancel.as_mut() => return Ok(Err(Acquired::Cancelled)),
+            }
+        }
+    }
+
+    /// Joins `line` (`None` while another process holds the ticket counter); a `--supersede`
+    /// waiter wakes the older ones, which then give up.
+    fn join(&self, request: &AcquireRequest, line: &Line) -> io::Result<Option<Place>> {
+        let Some(place) = line.join(
             &self.dir,
             &request.name,
             request.mode,
             request.supersede,
             &request.holder,
-        )?;
+        )?
+        else {
+            return Ok(None);
+        };
         if request.supersede {
             for older in line.entries()? {
                 if older.supersede && older.ticket < place.entry.ticket {
@@ -145,7 +185,7 @@ impl FileBackend {
                 }
             }
         }
-        Ok(place)
+        Ok(Some(place))
     }
 
     async fn take_turn(
@@ -173,7 +213,10 @@ impl FileBackend {
                     "this waiter was stopped too long to keep its place; joining the line again"
                 );
                 line.leave(place);
-                place = self.join(request, line)?;
+                place = match self.join_patiently(request, line, cancel).await? {
+                    Ok(place) => place,
+                    Err(ended) => break ended,
+                };
             }
             place.beat()?;
             let place = slot.insert(place);

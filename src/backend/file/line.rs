@@ -188,7 +188,8 @@ impl Line {
         }
     }
 
-    /// Joins the line with a new ticket holding `record`.
+    /// Joins the line with a new ticket holding `record`; `None` while another process holds the
+    /// ticket counter (for an instant, as it joins), to be tried again.
     pub fn join(
         &self,
         state: &StateDir,
@@ -196,8 +197,10 @@ impl Line {
         mode: Mode,
         supersede: bool,
         record: &HolderInfo,
-    ) -> io::Result<Place> {
-        let counter = TicketCounter::lock(state, &paths::ticket_counter(name))?;
+    ) -> io::Result<Option<Place>> {
+        let Some(counter) = TicketCounter::try_lock(state, &paths::ticket_counter(name))? else {
+            return Ok(None);
+        };
         let entry = Entry {
             ticket: counter.next()?,
             mode,
@@ -218,12 +221,12 @@ impl Line {
             .into_iter()
             .filter(|e| e.ticket < entry.ticket)
             .collect();
-        Ok(Place {
+        Ok(Some(Place {
             entry,
             file,
             beat,
             ahead,
-        })
+        }))
     }
 
     /// Whether `place`'s ticket is still in the line (a waiter that was frozen may find it
@@ -398,10 +401,14 @@ struct TicketCounter {
 }
 
 impl TicketCounter {
-    fn lock(state: &StateDir, file_name: &str) -> io::Result<TicketCounter> {
+    /// The counter, locked; `None` if another process holds it.
+    fn try_lock(state: &StateDir, file_name: &str) -> io::Result<Option<TicketCounter>> {
         let file = state.open_rw(file_name)?;
-        file.lock().map_err(|e| state.named(file_name, e))?;
-        Ok(TicketCounter { file })
+        match file.try_lock() {
+            Ok(()) => Ok(Some(TicketCounter { file })),
+            Err(TryLockError::WouldBlock) => Ok(None),
+            Err(TryLockError::Error(e)) => Err(state.named(file_name, e)),
+        }
     }
 
     /// Takes the next ticket.
@@ -451,7 +458,11 @@ mod tests {
         let (_tmp, state) = StateDir::temporary();
         let name = LockName::parse("n").unwrap();
         let line = Line::open(&state, &name).unwrap();
-        let join = |mode| line.join(&state, &name, mode, false, &record()).unwrap();
+        let join = |mode| {
+            line.join(&state, &name, mode, false, &record())
+                .unwrap()
+                .expect("a free ticket counter")
+        };
         let mut r1 = join(Mode::Shared);
         let mut w1 = join(Mode::Exclusive);
         let mut r2 = join(Mode::Shared);
@@ -482,6 +493,7 @@ mod tests {
         let join = || {
             line.join(&state, &name, Mode::Exclusive, false, &record())
                 .unwrap()
+                .expect("a free ticket counter")
         };
         let (a, b, mut c) = (join(), join(), join());
         assert_eq!(c.ahead, [a.entry.clone(), b.entry.clone()]);
@@ -518,21 +530,37 @@ mod tests {
     }
 
     #[test]
+    fn a_joiner_finds_the_counter_held_and_joins_once_it_is_free() {
+        let (_tmp, state) = StateDir::temporary();
+        let name = LockName::parse("n").unwrap();
+        let line = Line::open(&state, &name).unwrap();
+        let counter = state.open_rw(&paths::ticket_counter(&name)).unwrap();
+        counter.lock().unwrap();
+        let join = || line.join(&state, &name, Mode::Exclusive, false, &record());
+        assert!(join().unwrap().is_none(), "joined past a held counter");
+        drop(counter);
+        assert!(join().unwrap().is_some());
+    }
+
+    #[test]
     fn a_dead_waiters_ticket_is_cleared_and_a_newer_superseder_replaces() {
         let (_tmp, state) = StateDir::temporary();
         let name = LockName::parse("n").unwrap();
         let line = Line::open(&state, &name).unwrap();
         let mut old = line
             .join(&state, &name, Mode::Exclusive, true, &record())
-            .unwrap();
+            .unwrap()
+            .expect("a free ticket counter");
         let dead = line
             .join(&state, &name, Mode::Exclusive, false, &record())
-            .unwrap();
+            .unwrap()
+            .expect("a free ticket counter");
         let dead_name = dead.entry.file_name();
         drop(dead); // as if its process died: the lock goes, the file stays
         let mut me = line
             .join(&state, &name, Mode::Exclusive, false, &record())
-            .unwrap();
+            .unwrap()
+            .expect("a free ticket counter");
         assert_eq!(
             line.look(&mut me, 1).unwrap(),
             Verdict::Behind(vec![old.entry.file_name()])
@@ -547,7 +575,8 @@ mod tests {
         );
         let newer = line
             .join(&state, &name, Mode::Exclusive, true, &record())
-            .unwrap();
+            .unwrap()
+            .expect("a free ticket counter");
         assert_eq!(
             line.look(&mut old, 1).unwrap(),
             Verdict::Superseded(newer.entry.file_name())
