@@ -8,6 +8,7 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 
 use crate::support::asserts::assert_ended_without_running;
+use crate::support::holder::Holder;
 use crate::support::lockrun::{BIN, Proc, output, scrub, stderr_of_exited};
 use crate::support::scene::Scene;
 use crate::support::tools::{self, chmod};
@@ -304,35 +305,52 @@ fn a_claim_behind_a_locked_record_still_hears_its_signals() {
         "touch",
         "ran",
     ]);
-    assert!(
-        wait_until(SOON, || run.stderr_so_far().contains("acquired cron")),
-        "{}",
-        run.stderr_so_far()
-    );
-    run.signal(Signal::SIGTERM);
-    assert_ended_without_running(&env, &run.wait(SOON), 128 + 15, "interrupted by SIGTERM");
+    interrupted_once_it_says(&env, &mut run, "acquired cron");
 }
 
 /// A waiter that finds the line's ticket counter held by another process (one paused while it
 /// joined) tries again without going deaf: a signal still ends it at once.
 #[test]
 fn a_joiner_behind_a_held_ticket_counter_still_hears_its_signals() {
-    let env = Scene::file();
-    let mut holder = env.hold("x", "h", &[]);
-    let counter = std::fs::File::create(env.state().join("x.tickets")).unwrap();
-    counter.lock().unwrap();
-    let mut run = env.spawn(["-vv", "--name", "x", "--", "touch", "ran"]);
-    assert!(
-        wait_until(SOON, || run
-            .stderr_so_far()
-            .contains("another process is joining the line")),
-        "{}",
-        run.stderr_so_far()
-    );
-    run.signal(Signal::SIGTERM);
-    assert_ended_without_running(&env, &run.wait(SOON), 128 + 15, "interrupted by SIGTERM");
-    drop(counter);
+    let (_env, mut holder) = heard_behind_a_held_file("x.tickets", &[], "joining the line");
     assert_eq!(code(&holder.finish()), 0);
+}
+
+/// A new holder that finds the name's token counter held by another holder (one paused while it
+/// took its token, with `--limit`) tries again without going deaf: a signal still ends it at
+/// once, before its command starts, and gives its slot back.
+#[test]
+fn a_holder_behind_a_held_token_counter_still_hears_its_signals() {
+    let limit = ["--limit", "2"];
+    let (env, mut first) = heard_behind_a_held_file("x.fence", &limit, "is taking its token");
+    let second = env.run(["--name", "x", "--limit", "2", "--no-wait", "--", "true"]);
+    assert_eq!(
+        code(&second),
+        0,
+        "the slot was not given back: {}",
+        text(&second.stderr)
+    );
+    assert_eq!(code(&first.finish()), 0);
+}
+
+/// A holder of `x` (with `options`), then a run of `x` (with `options` too) that finds the state
+/// file `locked` locked, as a process paused while holding it would leave it: once the run says
+/// `says` (`-vv`), a SIGTERM must end it at once, its command not run. The file is unlocked
+/// again on return.
+fn heard_behind_a_held_file(locked: &str, options: &[&str], says: &str) -> (Scene, Holder) {
+    let env = Scene::file();
+    let holder = env.hold("x", "h", options);
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(env.state().join(locked))
+        .unwrap();
+    file.lock().unwrap();
+    let mut run = env.spawn([&["-vv", "--name", "x"], options, &["--", "touch", "ran"]].concat());
+    interrupted_once_it_says(&env, &mut run, says);
+    (env, holder)
 }
 
 /// A run that found the name held looks at when it last ran without the record's lock: a look
@@ -348,4 +366,16 @@ fn a_min_interval_look_does_not_wait_for_the_record_lock() {
     assert_ended_without_running(&env, &late.wait(SOON), 75, "--min-interval");
     drop(record);
     assert_eq!(code(&holder.finish()), 0);
+}
+
+/// Once `run` (started with `-vv`) says `says`, a SIGTERM must end it with 143, its command not
+/// run.
+fn interrupted_once_it_says(env: &Scene, run: &mut Proc, says: &str) {
+    assert!(
+        wait_until(SOON, || run.stderr_so_far().contains(says)),
+        "{}",
+        run.stderr_so_far()
+    );
+    run.signal(Signal::SIGTERM);
+    assert_ended_without_running(env, &run.wait(SOON), 128 + 15, "interrupted by SIGTERM");
 }

@@ -36,6 +36,8 @@ const RETRIES: u32 = 6;
 const POLL_PER_TURN_AHEAD: Duration = Duration::from_millis(10);
 /// How often a joiner that finds the ticket counter held by another process tries again.
 const JOIN_RETRY: Duration = Duration::from_millis(5);
+/// How often a new holder that finds the token counter held by another holder tries again.
+const TOKEN_RETRY: Duration = Duration::from_millis(1);
 
 /// The `file://` backend.
 pub struct FileBackend {
@@ -57,9 +59,15 @@ impl FileBackend {
         }
     }
 
-    /// One try for the lock, without waiting: a free slot (exclusive), or a share of slot 0.
-    /// Slot files are opened one at a time, so a large `--limit` needs few descriptors.
-    fn try_take(&self, request: &AcquireRequest) -> io::Result<Option<FileLease>> {
+    /// One try for the lock, without waiting for it: a free slot (exclusive), or a share of slot
+    /// 0 — then `Held`; `Busy` when there is none; `Cancelled` if `cancel` resolved while the
+    /// slot taken waited for its token. Slot files are opened one at a time, so a large `--limit`
+    /// needs few descriptors.
+    async fn try_take(
+        &self,
+        request: &AcquireRequest,
+        cancel: &mut Cancel<'_>,
+    ) -> io::Result<Acquired> {
         let sent_at = BootInstant::now();
         let slots = match request.mode {
             Mode::Exclusive => request.limit,
@@ -73,24 +81,53 @@ impl FileBackend {
                 Mode::Shared => file.try_lock_shared(),
             };
             match locked {
-                Ok(()) => return self.hold(request, slot, name, file, sent_at).map(Some),
+                Ok(()) => {
+                    let held = self
+                        .hold(request, slot, name, file, sent_at, cancel)
+                        .await?;
+                    return Ok(
+                        held.map_or(Acquired::Cancelled, |lease| Acquired::Held(Box::new(lease)))
+                    );
+                }
                 Err(TryLockError::WouldBlock) => continue,
                 Err(TryLockError::Error(e)) => return Err(self.dir.named(&name, e)),
             }
         }
-        Ok(None)
+        Ok(Acquired::Busy)
     }
 
-    /// Issues the token and records the holder on a lock this process has just taken.
-    fn hold(
+    /// Issues the token and records the holder on a lock this process has just taken; `None` if
+    /// `cancel` resolved first. Another holder of the name (with `--limit` or `--shared`) holds
+    /// the token counter for an instant as it takes its own token, or for as long as it was
+    /// paused there: the token is then tried again every [`TOKEN_RETRY`], without blocking the
+    /// runtime's thread.
+    async fn hold(
         &self,
         request: &AcquireRequest,
         slot: u32,
         lock_name: String,
         lock: File,
         sent_at: BootInstant,
-    ) -> io::Result<FileLease> {
-        let token = fence::next_token(&self.dir, &paths::fence_file(&request.name))?;
+        cancel: &mut Cancel<'_>,
+    ) -> io::Result<Option<FileLease>> {
+        let fence_file = paths::fence_file(&request.name);
+        let mut said = false;
+        let token = loop {
+            if let Some(token) = fence::next_token(&self.dir, &fence_file)? {
+                break token;
+            }
+            if !said {
+                crate::debug!(
+                    "another holder of {} is taking its token; trying again",
+                    request.name
+                );
+                said = true;
+            }
+            tokio::select! {
+                () = tokio::time::sleep(TOKEN_RETRY) => {}
+                () = cancel.as_mut() => return Ok(None),
+            }
+        };
         let grant = Grant {
             token,
             slot,
@@ -112,7 +149,7 @@ impl FileBackend {
             },
         };
         let dir = Arc::clone(&self.dir);
-        FileLease::new(dir, lock_name, lock, place, grant, &record)
+        FileLease::new(dir, lock_name, lock, place, grant, &record).map(Some)
     }
 
     /// Waits in line for the lock: until it is held, the deadline passes, a newer `--supersede`
@@ -230,8 +267,9 @@ impl FileBackend {
                     break Acquired::Superseded(by);
                 }
                 Verdict::Turn => {
-                    if let Some(lease) = self.try_take(request)? {
-                        break Acquired::Held(Box::new(lease));
+                    match self.try_take(request, cancel).await? {
+                        Acquired::Busy => {}
+                        taken => break taken,
                     }
                     wakeup.watch_slots(self.dir.path())?;
                     if retries < RETRIES {
@@ -294,10 +332,11 @@ impl Backend for FileBackend {
     ) -> Result<Acquired, BackendError> {
         let acquired = async {
             // Nobody in line: try at once, as an uncontended lock should cost nothing more.
-            if Line::is_empty(&self.dir, &request.name)?
-                && let Some(lease) = self.try_take(request)?
-            {
-                return Ok(Acquired::Held(Box::new(lease)));
+            if Line::is_empty(&self.dir, &request.name)? {
+                match self.try_take(request, &mut cancel).await? {
+                    Acquired::Busy => {}
+                    taken => return Ok(taken),
+                }
             }
             self.wait_in_line(request, &mut cancel).await
         };

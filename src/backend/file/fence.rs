@@ -14,7 +14,7 @@
 //! and once per boot, and tokens jump by up to [`BLOCK`] after a reboot. A reservation file that
 //! cannot be read as a number stops lockrun rather than restarting at 1.
 
-use std::fs::File;
+use std::fs::{File, TryLockError};
 use std::io;
 use std::os::unix::fs::FileExt;
 
@@ -26,15 +26,20 @@ const WIDTH: usize = 20;
 pub const BLOCK: u64 = 1024;
 
 /// Issues the next token for the name whose reservation file is `file_name` (its hot file is
-/// `file_name` + `-hot`).
-pub fn next_token(dir: &StateDir, file_name: &str) -> io::Result<u64> {
+/// `file_name` + `-hot`); `None` while another holder of the name holds the reservation's lock
+/// (for an instant as it takes its own token), to be tried again.
+pub fn next_token(dir: &StateDir, file_name: &str) -> io::Result<Option<u64>> {
     let existed = dir.file_id(file_name)?.is_some();
     let reservation = dir.open_rw(file_name)?;
     if !existed {
         // The file's directory entry must survive a crash as much as its contents do.
         dir.sync()?;
     }
-    reservation.lock()?;
+    match reservation.try_lock() {
+        Ok(()) => {}
+        Err(TryLockError::WouldBlock) => return Ok(None),
+        Err(TryLockError::Error(e)) => return Err(e),
+    }
     let reserved = read_counter(&reservation, dir, file_name)?;
     let hot = dir.open_rw(&format!("{file_name}-hot"))?;
     let boot = boot_id();
@@ -57,7 +62,7 @@ pub fn next_token(dir: &StateDir, file_name: &str) -> io::Result<u64> {
     if let Some(boot) = boot {
         hot.write_all_at(format!("{boot} {token:0WIDTH$}\n").as_bytes(), 0)?;
     }
-    Ok(token)
+    Ok(Some(token))
     // Dropping `reservation` closes it, which releases the counter's lock.
 }
 
@@ -101,12 +106,28 @@ pub(super) fn boot_id() -> Option<String> {
 mod tests {
     use super::*;
 
+    /// The next token, the reservation being free.
+    fn token(dir: &StateDir) -> u64 {
+        next_token(dir, "n.fence")
+            .unwrap()
+            .expect("a free reservation")
+    }
+
+    #[test]
+    fn a_token_waits_while_another_holder_takes_its_own() {
+        let (_tmp, dir) = StateDir::temporary();
+        let first = token(&dir);
+        let held = dir.open_rw("n.fence").unwrap();
+        held.lock().unwrap();
+        assert_eq!(next_token(&dir, "n.fence").unwrap(), None);
+        drop(held);
+        assert_eq!(token(&dir), first + 1);
+    }
+
     #[test]
     fn tokens_rise_by_one_within_a_boot_and_flush_once_per_block() {
         let (tmp, dir) = StateDir::temporary();
-        let tokens: Vec<u64> = (0..5)
-            .map(|_| next_token(&dir, "n.fence").unwrap())
-            .collect();
+        let tokens: Vec<u64> = (0..5).map(|_| token(&dir)).collect();
         assert_eq!(tokens, [1, 2, 3, 4, 5]);
         let reserved = std::fs::read_to_string(tmp.path().join("state/n.fence")).unwrap();
         assert_eq!(
@@ -120,7 +141,7 @@ mod tests {
     fn after_a_reboot_tokens_continue_above_everything_reserved() {
         let (tmp, dir) = StateDir::temporary();
         for _ in 0..3 {
-            next_token(&dir, "n.fence").unwrap();
+            token(&dir);
         }
         // A reboot: the hot file is from another boot (and may have lost writes).
         let hot = tmp.path().join("state/n.fence-hot");
@@ -129,18 +150,18 @@ mod tests {
             "00000000-0000-0000-0000-000000000000 00000000000000000001\n",
         )
         .unwrap();
-        let token = next_token(&dir, "n.fence").unwrap();
+        let after = token(&dir);
         assert_eq!(
-            token,
+            after,
             BLOCK + 1,
             "no token issued before the reboot can be reissued"
         );
-        assert_eq!(next_token(&dir, "n.fence").unwrap(), BLOCK + 2);
+        assert_eq!(token(&dir), BLOCK + 2);
         // A lost or garbled hot file is treated the same way.
         std::fs::write(&hot, "garbage").unwrap();
-        assert_eq!(next_token(&dir, "n.fence").unwrap(), 2 * BLOCK + 1);
+        assert_eq!(token(&dir), 2 * BLOCK + 1);
         std::fs::remove_file(&hot).unwrap();
-        assert_eq!(next_token(&dir, "n.fence").unwrap(), 3 * BLOCK + 1);
+        assert_eq!(token(&dir), 3 * BLOCK + 1);
     }
 
     #[test]
@@ -153,7 +174,7 @@ mod tests {
             format!("{boot} {:020}\n", 10),
         )
         .unwrap();
-        assert_eq!(next_token(&dir, "n.fence").unwrap(), 11);
+        assert_eq!(token(&dir), 11);
         let reserved = std::fs::read_to_string(tmp.path().join("state/n.fence")).unwrap();
         assert_eq!(reserved.trim().parse::<u64>().unwrap(), 11 + BLOCK - 1);
     }
