@@ -1,5 +1,7 @@
-//! What only the `redis://` backend has: `rediss://` with certificate checks. Everything it shares
-//! with the other backends is in the conformance suite.
+//! What only the `redis://` backend has, or what takes its wire to test: `rediss://` with
+//! certificate checks, and the `--min-interval` look and claim meeting a silent server or a
+//! signal (the fault proxy knows the script by its SHA). Everything it shares with the other
+//! backends is in the conformance suite.
 
 use std::time::Duration;
 
