@@ -11,7 +11,7 @@ use crate::clock::BootInstant;
 use crate::config::RunConfig;
 use crate::exit::{self, Error};
 use crate::messages::duration;
-use crate::supervisor::{self, Child, Launch, Outcome};
+use crate::supervisor::{self, Child, Launch, Outcome, Signals, unless_signalled};
 use crate::{progress, timing::Timing};
 
 /// How long the busy message may spend asking who holds the lock.
@@ -27,10 +27,9 @@ pub async fn run(config: RunConfig) -> Result<u8, Error> {
         .map_err(|e| Error::internal(format!("cannot install signal handlers: {e}")))?;
     // Opening may wait on the server (a first request that checks it answers): a signal ends
     // that wait as it ends the wait for the lock.
-    let backend = tokio::select! {
-        opened = config.backend.open() => opened?,
-        Some(signal) = signals.recv() => return Err(interrupted_waiting(signal, &config)),
-    };
+    let backend = unless_signalled(config.backend.open(), &mut signals)
+        .await
+        .map_err(|signal| interrupted_waiting(signal, &config))??;
     let mut request = AcquireRequest {
         name: config.name.clone(),
         limit: config.limit,
@@ -100,10 +99,9 @@ pub async fn run(config: RunConfig) -> Result<u8, Error> {
         );
     }
     if let Some(interval) = config.min_interval
-        && let Err(e) = tokio::select! {
-            claimed = claim_interval(&*backend, &config, interval) => claimed,
-            Some(signal) = signals.recv() => Err(interrupted_starting(signal, &config)),
-        }
+        && let Err(e) = unless_signalled(claim_interval(&*backend, &config, interval), &mut signals)
+            .await
+            .unwrap_or_else(|signal| Err(interrupted_starting(signal, &config)))
     {
         release_unused(lease).await;
         return Err(e);
@@ -119,7 +117,7 @@ async fn acquire(
     backend: &dyn Backend,
     request: &AcquireRequest,
     config: &RunConfig,
-    signals: &mut tokio::sync::mpsc::UnboundedReceiver<nix::sys::signal::Signal>,
+    signals: &mut Signals,
 ) -> Result<Box<dyn Lease>, Error> {
     if let Some(interval) = config.min_interval
         && request.waits()
@@ -142,7 +140,7 @@ async fn wait_for(
     backend: &dyn Backend,
     request: &AcquireRequest,
     config: &RunConfig,
-    signals: &mut tokio::sync::mpsc::UnboundedReceiver<nix::sys::signal::Signal>,
+    signals: &mut Signals,
 ) -> Result<(Acquired, Option<nix::sys::signal::Signal>), Error> {
     let mut interrupted = None;
     let acquired = {
@@ -199,17 +197,16 @@ async fn skip_if_ran_recently(
     backend: &dyn Backend,
     config: &RunConfig,
     interval: Duration,
-    signals: &mut tokio::sync::mpsc::UnboundedReceiver<nix::sys::signal::Signal>,
+    signals: &mut Signals,
 ) -> Result<(), Error> {
     let look = tokio::time::timeout(
         INTERVAL_LOOK_TIMEOUT,
         backend.inspect().ran_within(&config.name, interval),
     );
     // A signal ends the run at once, as it ends a wait: a slow look is not worth waiting out.
-    let looked = tokio::select! {
-        looked = look => looked,
-        Some(signal) = signals.recv() => return Err(interrupted_waiting(signal, config)),
-    };
+    let looked = unless_signalled(look, signals)
+        .await
+        .map_err(|signal| interrupted_waiting(signal, config))?;
     match looked {
         Ok(Ok(Some(ago))) => Err(too_soon(config, ago, interval)),
         Ok(Ok(None)) => Ok(()),
@@ -274,7 +271,7 @@ async fn run_command(
     lease: Box<dyn Lease>,
     timing: Timing,
     config: &RunConfig,
-    signals: &mut tokio::sync::mpsc::UnboundedReceiver<nix::sys::signal::Signal>,
+    signals: &mut Signals,
 ) -> Result<u8, Error> {
     let grant = lease.grant();
     let launch = Launch {

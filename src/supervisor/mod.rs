@@ -15,5 +15,5 @@ mod tests;
 mod watchdog;
 
 pub use child::{Child, Launch, die_with_parent};
-pub use signals::{FORWARDED, listen};
+pub use signals::{FORWARDED, Signals, listen, unless_signalled};
 pub use supervise::{Outcome, supervise};

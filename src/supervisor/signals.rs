@@ -18,9 +18,12 @@ pub const FORWARDED: [Signal; 6] = [
     Signal::SIGUSR2,
 ];
 
+/// The arrivals of the signals lockrun handles, in order.
+pub type Signals = mpsc::UnboundedReceiver<Signal>;
+
 /// Installs handlers for [`FORWARDED`] and returns the stream of their arrivals. Needs a running
 /// tokio runtime.
-pub fn listen() -> std::io::Result<mpsc::UnboundedReceiver<Signal>> {
+pub fn listen() -> std::io::Result<Signals> {
     let (sender, receiver) = mpsc::unbounded_channel();
     for sig in FORWARDED {
         let mut stream = signal(SignalKind::from_raw(sig as i32))?;
@@ -34,4 +37,15 @@ pub fn listen() -> std::io::Result<mpsc::UnboundedReceiver<Signal>> {
         });
     }
     Ok(receiver)
+}
+
+/// `work`'s outcome, or the signal that came first (`work` is then dropped, unfinished).
+pub async fn unless_signalled<T>(
+    work: impl Future<Output = T>,
+    signals: &mut Signals,
+) -> Result<T, Signal> {
+    tokio::select! {
+        done = work => Ok(done),
+        Some(signal) = signals.recv() => Err(signal),
+    }
 }

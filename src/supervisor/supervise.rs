@@ -17,7 +17,6 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
-use tokio::sync::mpsc;
 
 use super::child::Child;
 use crate::backend::{Lease, RenewError, Renewal, Revocation};
@@ -237,7 +236,7 @@ pub async fn supervise(
     timing: Timing,
     timeout: Option<Duration>,
     child: &mut Child,
-    signals: &mut mpsc::UnboundedReceiver<Signal>,
+    signals: &mut super::Signals,
 ) -> Result<Outcome, Error> {
     let grant = lease.grant();
     let mut keeper = Keeper {
