@@ -316,6 +316,19 @@ fn a_joiner_behind_a_held_ticket_counter_still_hears_its_signals() {
     assert_eq!(code(&holder.finish()), 0);
 }
 
+/// A waiter that cannot join the line (its ticket counter held by a paused process) still gives
+/// up when its `--wait` runs out, with the busy status.
+#[test]
+fn a_joiner_behind_a_held_ticket_counter_gives_up_when_its_wait_runs_out() {
+    let env = Scene::file();
+    let mut holder = env.hold("x", "h", &[]);
+    let counter = locked_state_file(&env, "x.tickets");
+    let mut run = env.spawn(["--name", "x", "--wait", "1", "--", "touch", "ran"]);
+    assert_ended_without_running(&env, &run.wait(SOON), 75, "busy");
+    drop(counter);
+    assert_eq!(code(&holder.finish()), 0);
+}
+
 /// A new holder that finds the name's token counter held by another holder (one paused while it
 /// took its token, with `--limit`) tries again without going deaf: a signal still ends it at
 /// once, before its command starts, and gives its slot back.
@@ -340,14 +353,7 @@ fn a_holder_behind_a_held_token_counter_still_hears_its_signals() {
 fn heard_behind_a_held_file(locked: &str, options: &[&str], says: &str) -> (Scene, Holder) {
     let env = Scene::file();
     let holder = env.hold("x", "h", options);
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(env.state().join(locked))
-        .unwrap();
-    file.lock().unwrap();
+    let _file = locked_state_file(&env, locked);
     let mut run = env.spawn([&["-vv", "--name", "x"], options, &["--", "touch", "ran"]].concat());
     interrupted_once_it_says(&env, &mut run, says);
     (env, holder)
@@ -378,4 +384,18 @@ fn interrupted_once_it_says(env: &Scene, run: &mut Proc, says: &str) {
     );
     run.signal(Signal::SIGTERM);
     assert_ended_without_running(env, &run.wait(SOON), 128 + 15, "interrupted by SIGTERM");
+}
+
+/// The state file `name` (created if missing, its contents kept), locked by this test as a
+/// process paused while holding it would leave it; unlocked when dropped.
+fn locked_state_file(env: &Scene, name: &str) -> std::fs::File {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(env.state().join(name))
+        .unwrap();
+    file.lock().unwrap();
+    file
 }
