@@ -5,7 +5,7 @@
 //! **A fixed address.** A position-independent lockrun has about 22,000 relative relocations
 //! (vtables, tables of string slices), which the dynamic loader applies at every start by writing
 //! into some 100 pages of read-only-after-relocation data: each a copy-on-write fault at start,
-//! then page-table work again at each of the two forks (the watchdog and the command) and at exit.
+//! then page-table work again at the watchdog's fork and at exit.
 //! For a program whose whole job on the embedded backend is a few milliseconds, that was 0.25–0.6
 //! ms per run (of about 2.5), and 0.6 MiB of peak RSS (`bench/file_vs_flock.py`). A fixed load
 //! address needs no such relocations. The price is that the program's own code and data are at the

@@ -59,6 +59,28 @@ fn a_missing_command_exits_127_and_a_non_executable_one_126() {
     );
 }
 
+/// The command starts as from a shell: nothing blocked, nothing caught, and SIGPIPE not ignored
+/// (lockrun itself ignores it, catches its forwarded signals, and blocks every signal while it
+/// starts the command; none of that may reach the command).
+#[test]
+fn the_command_starts_with_no_signal_blocked_caught_or_pipe_ignored() {
+    let env = Scene::file();
+    let out = env.run(["--name", "x", "--", "cat", "/proc/self/status"]);
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    let status = text(&out.stdout);
+    let mask = |field: &str| {
+        let line = status
+            .lines()
+            .find_map(|l| l.strip_prefix(field))
+            .unwrap_or_else(|| panic!("no {field} in {status}"));
+        u64::from_str_radix(line.trim(), 16).unwrap()
+    };
+    assert_eq!(mask("SigBlk:"), 0, "{status}");
+    assert_eq!(mask("SigCgt:"), 0, "{status}");
+    let pipe = 1 << (libc::SIGPIPE - 1);
+    assert_eq!(mask("SigIgn:") & pipe, 0, "{status}");
+}
+
 #[test]
 fn lockrun_writes_nothing_to_stdout_and_leaves_stdin_to_the_command() {
     let env = Scene::file();

@@ -1,7 +1,8 @@
 //! Starting the command and signalling it.
 //!
 //! The command is executed directly (no shell) as the leader of a new process group, so a signal to
-//! the group reaches everything it started that did not leave the group. If lockrun is SIGKILLed,
+//! the group reaches everything it started that did not leave the group. It is started without
+//! copying lockrun (see `spawn`), and its exit is seen through its pidfd. If lockrun is SIGKILLed,
 //! the watchdog (see `watchdog`) stops the command's whole tree; where no watchdog could be
 //! started, the command gets a parent-death signal instead, so the kernel kills at least the
 //! command. That signal fires when the *thread* that forked it exits, so the command must be
@@ -14,14 +15,19 @@
 
 use std::ffi::OsString;
 use std::io;
-use std::os::fd::BorrowedFd;
-use std::os::unix::process::CommandExt;
+use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::ExitStatus;
 
 use nix::sys::signal::{SigHandler, Signal, killpg, signal};
 use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
 use nix::unistd::{Pid, getpgrp, getpid, getppid, isatty, tcgetpgrp, tcsetpgrp};
 
+use tokio::io::Interest;
+use tokio::io::unix::AsyncFd;
+
 use super::job_control::JobControl;
+use super::spawn::Steps;
 use super::watchdog::Watchdog;
 use crate::exit::{self, Error};
 
@@ -45,8 +51,11 @@ pub struct Launch<'a> {
 
 /// The running command.
 pub struct Child {
-    process: tokio::process::Child,
+    /// The command's pid, which is also its process group.
     group: Pid,
+    exit: ExitWatch,
+    /// Its exit status, once reaped.
+    status: Option<ExitStatus>,
     owns_terminal: bool,
     /// Without the terminal: lockrun's SIGTSTP and SIGCONT, caught since before the command
     /// started, until the supervisor takes them.
@@ -60,13 +69,6 @@ pub struct Child {
 impl Child {
     /// Starts the command. Needs a running tokio runtime; call from the main thread.
     pub fn spawn(launch: Launch<'_>) -> Result<Child, Error> {
-        let mut command = std::process::Command::new(launch.program);
-        command.args(launch.args);
-        for var in &launch.env_remove {
-            command.env_remove(var);
-        }
-        command.envs(launch.env);
-        command.process_group(0);
         let take_terminal = lockrun_owns_terminal();
         let job_control = match take_terminal {
             true => None,
@@ -88,34 +90,29 @@ impl Child {
         // kill the command (or, stopping it, have the kernel hang up its orphaned group) before
         // the watchdog's sweep could find the command's children through it. Without one, the
         // command dies with lockrun.
-        let on_death = watchdog.is_none().then_some(Signal::SIGKILL);
-        on_parent_death(&mut command, on_death);
-        if take_terminal {
-            // SAFETY: the closure runs in the forked child before exec and only makes
-            // async-signal-safe system calls (signal, tcsetpgrp, getpid); it allocates nothing.
-            unsafe {
-                command.pre_exec(|| {
-                    // A background group calling tcsetpgrp gets SIGTTOU unless it ignores it.
-                    signal(Signal::SIGTTOU, SigHandler::SigIgn)?;
-                    tcsetpgrp(stdin(), getpid())?;
-                    signal(Signal::SIGTTOU, SigHandler::SigDfl)?;
-                    Ok(())
-                });
-            }
-        }
-        if let Some(watchdog) = &watchdog {
-            watchdog.told_by(&mut command);
-        }
-        let process = tokio::process::Command::from(command)
-            .spawn()
-            .map_err(|e| spawn_error(launch.program, &e))?;
-        let pid = process
-            .id()
-            .ok_or_else(|| Error::internal("the command exited before lockrun saw its pid"))?;
-        let group = Pid::from_raw(pid as i32);
+        let steps = Steps {
+            on_parent_death: watchdog.is_none().then_some(libc::SIGKILL),
+            take_terminal,
+            tell_group: watchdog.as_ref().map(Watchdog::pipe),
+        };
+        let spawned = super::spawn::spawn(
+            launch.program,
+            launch.args,
+            &launch.env,
+            &launch.env_remove,
+            steps,
+        )
+        .map_err(|e| spawn_error(launch.program, &e))?;
+        let exit = ExitWatch::new(spawned.pidfd).map_err(|e| {
+            // A command lockrun cannot watch must not run on without it.
+            let _ = killpg(spawned.pid, Signal::SIGKILL);
+            let _ = nix::sys::wait::waitpid(spawned.pid, None);
+            Error::internal(format!("cannot watch the command: {e}"))
+        })?;
         Ok(Child {
-            process,
-            group,
+            group: spawned.pid,
+            exit,
+            status: None,
             owns_terminal: take_terminal,
             job_control,
             sole_child: launch.sole_child,
@@ -209,9 +206,14 @@ impl Child {
         self.sole_child
     }
 
-    /// Waits for the command itself to exit.
-    pub async fn wait(&mut self) -> io::Result<std::process::ExitStatus> {
-        self.process.wait().await
+    /// Waits for the command itself to exit, and reaps it.
+    pub async fn wait(&mut self) -> io::Result<ExitStatus> {
+        if let Some(status) = self.status {
+            return Ok(status);
+        }
+        let status = wait_for(self.group, &mut self.exit).await?;
+        self.status = Some(status);
+        Ok(status)
     }
 
     /// The job-control signals to pass on, when the command runs without the terminal.
@@ -263,6 +265,62 @@ impl Child {
                 // SAFETY: reinstates the disposition that was in place a moment ago.
                 let _ = unsafe { signal(Signal::SIGTTOU, previous) };
             }
+        }
+    }
+}
+
+/// How lockrun learns that the command exited: its pidfd turns readable, or, on a kernel without
+/// pidfds, a SIGCHLD arrives.
+enum ExitWatch {
+    Pidfd(AsyncFd<OwnedFd>),
+    Sigchld(tokio::signal::unix::Signal),
+}
+
+impl ExitWatch {
+    fn new(pidfd: Option<OwnedFd>) -> io::Result<ExitWatch> {
+        Ok(match pidfd {
+            // SAFETY: the pidfd is owned by the `AsyncFd` and never replaced or closed elsewhere.
+            Some(pidfd) => ExitWatch::Pidfd(unsafe {
+                AsyncFd::register_with_interest(pidfd, Interest::READABLE)?
+            }),
+            None => ExitWatch::Sigchld(tokio::signal::unix::signal(
+                tokio::signal::unix::SignalKind::child(),
+            )?),
+        })
+    }
+
+    /// Returns when the command may have exited.
+    async fn changed(&mut self) -> io::Result<()> {
+        match self {
+            ExitWatch::Pidfd(pidfd) => pidfd.readable().await?.clear_ready(),
+            ExitWatch::Sigchld(sigchld) => {
+                sigchld.recv().await;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Waits for the child `pid` to exit, and reaps it.
+async fn wait_for(pid: Pid, exit: &mut ExitWatch) -> io::Result<ExitStatus> {
+    loop {
+        if let Some(status) = reap(pid)? {
+            return Ok(status);
+        }
+        exit.changed().await?;
+    }
+}
+
+/// The exit status of the child `pid`, if it exited (then it is reaped).
+fn reap(pid: Pid) -> io::Result<Option<ExitStatus>> {
+    let mut status = 0;
+    loop {
+        // SAFETY: a non-blocking wait for our own child, into a local.
+        match unsafe { libc::waitpid(pid.as_raw(), &mut status, libc::WNOHANG) } {
+            0 => return Ok(None),
+            -1 if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted => {}
+            -1 => return Err(io::Error::last_os_error()),
+            _ => return Ok(Some(ExitStatus::from_raw(status))),
         }
     }
 }
@@ -368,4 +426,33 @@ fn interpreter(path: &std::path::Path) -> Option<String> {
     let line = line.split(|&b| b == b'\n').next()?;
     let text = String::from_utf8_lossy(line);
     text.split_whitespace().next().map(str::to_owned)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The exit of a command started without a pidfd (a kernel older than 5.2) is found
+    /// through SIGCHLD.
+    #[test]
+    fn without_a_pidfd_the_exit_is_found_through_sigchld() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let args = ["-c", "sleep 0.2; exit 7"].map(OsString::from);
+            let steps = Steps {
+                on_parent_death: None,
+                take_terminal: false,
+                tell_group: None,
+            };
+            let spawned = super::super::spawn::spawn("sh".as_ref(), &args[..], &[], &[], steps);
+            let spawned = spawned.unwrap();
+            drop(spawned.pidfd);
+            let mut exit = ExitWatch::new(None).unwrap();
+            let status = wait_for(spawned.pid, &mut exit).await.unwrap();
+            assert_eq!(status.code(), Some(7));
+        });
+    }
 }

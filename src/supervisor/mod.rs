@@ -8,6 +8,7 @@ mod job_control;
 #[cfg(test)]
 mod scripted_lease;
 mod signals;
+mod spawn;
 mod supervise;
 mod sweep;
 #[cfg(test)]

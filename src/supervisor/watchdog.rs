@@ -128,22 +128,10 @@ impl Watchdog {
         }
     }
 
-    /// Makes the command tell the watchdog its process group itself, before exec: lockrun may
-    /// die the moment the command runs, before it could say so.
-    pub fn told_by(&self, command: &mut std::process::Command) {
-        use std::os::unix::process::CommandExt;
-        let pipe = self.pipe.as_raw_fd();
-        // SAFETY: the closure runs in the forked child before exec and only makes
-        // async-signal-safe system calls (getpid, write) on a buffer of its own stack.
-        unsafe {
-            command.pre_exec(move || {
-                let mut message = [0u8; MESSAGE];
-                message[0] = TAG_GROUP;
-                message[1..].copy_from_slice(&libc::getpid().to_ne_bytes());
-                libc::write(pipe, message.as_ptr().cast(), MESSAGE);
-                Ok(())
-            });
-        }
+    /// The pipe on which the command tells the watchdog its process group itself, before exec
+    /// (see [`tell_group`]): lockrun may die the moment the command runs, before it could say so.
+    pub fn pipe(&self) -> RawFd {
+        self.pipe.as_raw_fd()
     }
 
     /// Tells the watchdog a descendant that left the command's group (once per pid).
@@ -186,6 +174,16 @@ fn adopt_tree(pipe: &OwnedFd, skip: Pid, stop: &AtomicBool, done: &AtomicBool) -
     done.store(true, Ordering::Release);
     crate::debug!("the command runs in the cgroup {}", cgroup.dir().display());
     Some(cgroup)
+}
+
+/// The command's message to the watchdog, from between its clone and its exec: its process group
+/// is `group`. One write of a buffer on the stack, so that it is safe there.
+pub fn tell_group(pipe: RawFd, group: libc::pid_t) {
+    let mut message = [0u8; MESSAGE];
+    message[0] = TAG_GROUP;
+    message[1..].copy_from_slice(&group.to_ne_bytes());
+    // SAFETY: writes a buffer of this stack to a descriptor the caller holds open.
+    unsafe { libc::write(pipe, message.as_ptr().cast(), MESSAGE) };
 }
 
 fn send(pipe: &OwnedFd, tag: u8, pid: i32) {
