@@ -5,6 +5,7 @@
 //! the renewal loop) → [`exit`] (the status table). [`clock`] and [`timing`] hold the rules every
 //! deadline follows; [`messages`] is how lockrun speaks. [`drill`] rehearses a paused holder against a real backend.
 
+mod account;
 pub mod app;
 pub mod backend;
 pub mod cli;

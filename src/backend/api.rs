@@ -97,12 +97,7 @@ pub struct HolderInfo {
 impl HolderInfo {
     /// This process, asking now.
     pub fn current(note: Option<String>, mode: Mode) -> Self {
-        let user = nix::unistd::User::from_uid(nix::unistd::getuid())
-            .ok()
-            .flatten()
-            .map(|u| u.name)
-            .or_else(|| std::env::var("USER").ok())
-            .unwrap_or_else(|| nix::unistd::getuid().to_string());
+        let user = crate::account::current_or(|| nix::unistd::getuid().to_string());
         HolderInfo {
             pid: std::process::id(),
             host: nix::unistd::gethostname()

@@ -1,18 +1,6 @@
-//! What the SQL backends (PostgreSQL, MySQL) share in naming things: the operating-system user as
-//! the default user name, the rule for the names lockrun splices into SQL (MySQL's table prefix,
-//! PostgreSQL's schema), and the stable hash that names server-side locks and channels after
-//! longer text.
-
-/// The operating-system user, the database clients' default user name; `fallback` when it cannot
-/// be found.
-pub fn os_user_or(fallback: &str) -> String {
-    nix::unistd::User::from_uid(nix::unistd::getuid())
-        .ok()
-        .flatten()
-        .map(|u| u.name)
-        .or_else(|| std::env::var("USER").ok())
-        .unwrap_or_else(|| fallback.into())
-}
+//! What the SQL backends (PostgreSQL, MySQL) share in naming things: the rule for the names
+//! lockrun splices into SQL (MySQL's table prefix, PostgreSQL's schema), and the stable hash that
+//! names server-side locks and channels after longer text.
 
 /// Whether `name` is 1 to `max_len` characters of `a-z 0-9 _`, not starting with a digit: safe to
 /// splice into an identifier.

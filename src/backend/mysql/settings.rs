@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
 
-use crate::backend::sql_names::{is_plain_name, os_user_or};
+use crate::backend::sql_names::is_plain_name;
 use crate::backend::url::{HostPort, LoneUserinfo, Url, UrlForms};
 use crate::backend::{Backend, BackendError};
 
@@ -120,7 +120,7 @@ impl Settings {
             .user
             .clone()
             .filter(|u| !u.is_empty())
-            .unwrap_or_else(|| os_user_or("root"));
+            .unwrap_or_else(|| crate::account::current_or(|| "root".into()));
         Ok(Settings {
             endpoint,
             user,

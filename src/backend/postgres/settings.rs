@@ -35,7 +35,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio_postgres::config::{ChannelBinding, Host, LoadBalanceHosts, SslMode, TargetSessionAttrs};
 
-use crate::backend::sql_names::{is_plain_name, os_user_or};
+use crate::backend::sql_names::is_plain_name;
 use crate::backend::url::{LoneUserinfo, Url, UrlForms};
 use crate::backend::{Backend, BackendError};
 
@@ -190,7 +190,7 @@ impl Settings {
         }
 
         let user = pick("user", url.user.clone().filter(|u| !u.is_empty()), "PGUSER")
-            .unwrap_or_else(|| os_user_or("postgres"));
+            .unwrap_or_else(|| crate::account::current_or(|| "postgres".into()));
         config.user(&user);
         let password = pick("password", url.password.clone(), "PGPASSWORD");
         if let Some(password) = &password {
