@@ -1,14 +1,13 @@
 //! The entry point: parse, resolve, run, and map every outcome to an exit status in one place.
 
 use std::io::Write;
-use std::process::ExitCode;
 
 use crate::config::Invocation;
 use crate::exit::{self, Error};
 use crate::{cli, drill, holding, inspect, messages};
 
 /// Runs lockrun with the process's arguments and returns its exit status.
-pub fn main() -> ExitCode {
+pub fn main() -> u8 {
     std::panic::set_hook(Box::new(|info| {
         let _ = writeln!(std::io::stderr(), "lockrun: internal error: {info}");
         std::process::exit(exit::INTERNAL.into());
@@ -17,24 +16,24 @@ pub fn main() -> ExitCode {
     // completion offers it.
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if let Some(code) = drill::probe::from_args(&args) {
-        return ExitCode::from(code);
+        return code;
     }
     let cli = match cli::parse(args) {
         Ok(cli::Parsed::Cli(cli)) => cli,
-        Ok(cli::Parsed::Printed) => return ExitCode::SUCCESS,
+        Ok(cli::Parsed::Printed) => return exit::SUCCESS,
         Err(e) => {
             crate::error!("{e}");
-            return ExitCode::from(e.code());
+            return e.code();
         }
     };
     messages::set_level(cli.quiet, cli.verbose);
     match Invocation::resolve(*cli).and_then(execute) {
-        Ok(code) => ExitCode::from(code),
+        Ok(code) => code,
         Err(e) => {
             if !e.is_quiet_skip() {
                 crate::error!("{e}");
             }
-            ExitCode::from(e.code())
+            e.code()
         }
     }
 }

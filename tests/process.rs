@@ -81,6 +81,45 @@ fn the_command_starts_with_no_signal_blocked_caught_or_pipe_ignored() {
     assert_eq!(mask("SigIgn:") & pipe, 0, "{status}");
 }
 
+/// Started with stdin, stdout and stderr closed (by a daemon, or a crontab line ending in
+/// `>&- 2>&-`), lockrun opens them on /dev/null: no lock file or connection becomes its stdout,
+/// and the command reads and writes as it would anywhere.
+#[test]
+fn closed_standard_descriptors_are_opened_on_dev_null() {
+    use std::os::unix::process::CommandExt;
+    let env = Scene::file();
+    let script = "cat >/dev/null && echo out && echo err >&2";
+    let mut cmd = env.cmd(["--name", "x", "--", "sh", "-c", script]);
+    // SAFETY: closes descriptors in the forked child before exec; nothing is allocated.
+    unsafe {
+        cmd.pre_exec(|| {
+            for fd in 0..=2 {
+                libc::close(fd);
+            }
+            Ok(())
+        });
+    }
+    let status = cmd.status().unwrap();
+    assert_eq!(status.code(), Some(0));
+    assert_eq!(env.status("x")["held"], false);
+}
+
+/// Output to a reader that went away (`lockrun list | head -1`) is an error lockrun handles, not a
+/// SIGPIPE that kills it, even when it was started with SIGPIPE at its default.
+#[test]
+fn a_reader_that_went_away_does_not_kill_lockrun() {
+    let env = Scene::file();
+    let (reader, writer) = nix::unistd::pipe().unwrap();
+    drop(reader);
+    let status = env
+        .cmd(["status", "x", "--json"])
+        .stdout(std::process::Stdio::from(writer))
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.code().is_some(), "killed: {status:?}");
+}
+
 #[test]
 fn lockrun_writes_nothing_to_stdout_and_leaves_stdin_to_the_command() {
     let env = Scene::file();
