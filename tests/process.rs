@@ -259,6 +259,98 @@ fn sigkill_of_lockrun_kills_the_command() {
     );
 }
 
+/// The processes lockrun `pid` started that are still there, with their names.
+fn children_of(pid: i32) -> Vec<(i32, String)> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    let mut children = Vec::new();
+    for task in tasks.flatten() {
+        let listed = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        for child in listed.split_whitespace().filter_map(|c| c.parse().ok()) {
+            let name = std::fs::read_to_string(format!("/proc/{child}/comm")).unwrap_or_default();
+            children.push((child, name.trim().to_owned()));
+        }
+    }
+    children
+}
+
+/// The watchdog `pid` started (a child of lockrun's named `lockrun-watch`), once there is one.
+fn watchdog_of(pid: i32) -> i32 {
+    let mut watchdog = None;
+    let found = wait_until(SOON, || {
+        watchdog = children_of(pid)
+            .into_iter()
+            .find_map(|(child, name)| (name == "lockrun-watch").then_some(child));
+        watchdog.is_some()
+    });
+    assert!(found, "lockrun {pid} started no watchdog");
+    watchdog.unwrap()
+}
+
+/// A run that waits for the lock starts its watchdog while it waits, so that the fork is not part
+/// of the handoff, and its command then has that watchdog: lockrun killed, the command's tree
+/// dies with it (invariant 8).
+#[test]
+fn a_waiter_starts_its_watchdog_while_it_waits_and_its_command_keeps_it() {
+    let env = Scene::file();
+    let holder = env.spawn([
+        "--name",
+        "w",
+        "--",
+        "sh",
+        "-c",
+        "until [ -e go ]; do sleep 0.01; done",
+    ]);
+    wait_until(SOON, || env.status("w")["held"] == true);
+    let script = "sleep 30 & echo $! > grandchild; echo $$ > child.pid; wait";
+    let mut waiter = env.waiter("w", &[], script);
+    let standby = watchdog_of(waiter.pid());
+    std::fs::write(env.path("go"), "").unwrap();
+    let child = number_in(&env.path("child.pid")) as i32;
+    let grandchild = number_in(&env.path("grandchild")) as i32;
+    let _guard = scopeguard(grandchild);
+    let watchdogs: Vec<_> = children_of(waiter.pid())
+        .into_iter()
+        .filter(|(_, name)| name == "lockrun-watch")
+        .map(|(pid, _)| pid)
+        .collect();
+    assert_eq!(watchdogs, [standby], "the command has another watchdog");
+    waiter.signal(Signal::SIGKILL);
+    waiter.wait(SOON);
+    assert_gone_within(Duration::from_secs(5), "the command", child, "lockrun");
+    assert_gone_within(Duration::from_secs(5), "its child", grandchild, "lockrun");
+    drop(holder);
+}
+
+/// A waiter that gives up leaves nothing behind: the watchdog it started while waiting ends with
+/// it.
+#[test]
+fn a_waiter_that_gives_up_leaves_no_watchdog_behind() {
+    let env = Scene::file();
+    let holder = env.spawn([
+        "--name",
+        "w",
+        "--",
+        "sh",
+        "-c",
+        "until [ -e go ]; do sleep 0.01; done",
+    ]);
+    wait_until(SOON, || env.status("w")["held"] == true);
+    let mut waiter = env.spawn(["--name", "w", "--wait", "1s", "--", "touch", "ran"]);
+    let standby = watchdog_of(waiter.pid());
+    assert_eq!(code(&waiter.wait(SOON)), 75);
+    assert_gone_within(
+        Duration::from_secs(2),
+        "the watchdog",
+        standby,
+        "its lockrun",
+    );
+    assert!(!env.path("ran").exists());
+    std::fs::write(env.path("go"), "").unwrap();
+    drop(holder);
+}
+
 #[test]
 fn the_parent_death_signal_survives_lockrun_idling_for_longer_than_a_worker_thread_lives() {
     // PR_SET_PDEATHSIG fires when the thread that spawned the command exits. An async runtime's
