@@ -11,7 +11,7 @@ use crate::clock::BootInstant;
 use crate::config::RunConfig;
 use crate::exit::{self, Error};
 use crate::messages::duration;
-use crate::supervisor::{self, Child, Launch, Outcome, Signals, Standby, unless_signalled};
+use crate::supervisor::{self, Child, Launch, Outcome, Signals, unless_signalled};
 use crate::{progress, timing::Timing};
 
 /// How long the busy message may spend asking who holds the lock.
@@ -19,10 +19,6 @@ const BUSY_DETAIL_TIMEOUT: Duration = Duration::from_secs(1);
 /// How long a `--min-interval` run that found NAME held may spend seeing when NAME last ran: one
 /// request's limit on every networked backend (the server has just answered, so it is there).
 const INTERVAL_LOOK_TIMEOUT: Duration = Duration::from_secs(3);
-/// How long a wait for the lock goes on before the command's watchdog is started, so that its
-/// fork is not part of the handoff: longer than an uncontended acquire takes, so that a run that
-/// never waits never starts one early (see `supervisor::Standby`).
-const STANDBY_AFTER: Duration = Duration::from_millis(5);
 
 /// Runs the command under the lease; returns the status lockrun exits with.
 pub async fn run(config: RunConfig) -> Result<u8, Error> {
@@ -45,9 +41,8 @@ pub async fn run(config: RunConfig) -> Result<u8, Error> {
         answered: false,
     };
     crate::info!("acquiring {} on {}", config.name, backend.describe());
-    let mut standby = None;
     let (lease, timing) = loop {
-        let lease = acquire(&*backend, &request, &config, &mut signals, &mut standby).await?;
+        let lease = acquire(&*backend, &request, &config, &mut signals).await?;
         let grant = lease.grant();
         let timing = grant
             .ttl
@@ -111,20 +106,18 @@ pub async fn run(config: RunConfig) -> Result<u8, Error> {
         release_unused(lease).await;
         return Err(e);
     }
-    run_command(lease, timing, &config, &mut signals, standby).await
+    run_command(lease, timing, &config, &mut signals).await
 }
 
 /// Waits for the lease, printing who holds it every `--progress`, until it is held, the wait
 /// runs out, a newer `--supersede` waiter takes the place, or a signal ends the wait. A
 /// `--min-interval` run tries once first, and finding NAME held, sees whether NAME ran too
-/// recently before it joins the line. A wait longer than [`STANDBY_AFTER`] starts the command's
-/// watchdog into `standby`.
+/// recently before it joins the line.
 async fn acquire(
     backend: &dyn Backend,
     request: &AcquireRequest,
     config: &RunConfig,
     signals: &mut Signals,
-    standby: &mut Option<Standby>,
 ) -> Result<Box<dyn Lease>, Error> {
     if let Some(interval) = config.min_interval
         && request.waits()
@@ -133,12 +126,12 @@ async fn acquire(
             deadline: Some(BootInstant::now()),
             ..request.clone()
         };
-        match wait_for(backend, &once, config, signals, standby).await? {
+        match wait_for(backend, &once, config, signals).await? {
             (Acquired::Busy, _) => skip_if_ran_recently(backend, config, interval, signals).await?,
             ended => return lease_of(backend, config, ended).await,
         }
     }
-    let ended = wait_for(backend, request, config, signals, standby).await?;
+    let ended = wait_for(backend, request, config, signals).await?;
     lease_of(backend, config, ended).await
 }
 
@@ -148,7 +141,6 @@ async fn wait_for(
     request: &AcquireRequest,
     config: &RunConfig,
     signals: &mut Signals,
-    standby: &mut Option<Standby>,
 ) -> Result<(Acquired, Option<nix::sys::signal::Signal>), Error> {
     let mut interrupted = None;
     let acquired = {
@@ -160,23 +152,12 @@ async fn wait_for(
         };
         tokio::pin!(cancel);
         let waiting = backend.acquire(request, cancel);
-        let progress = async {
-            match config.progress.filter(|_| request.waits()) {
-                Some(every) => match progress::report(backend, request, every).await {},
-                None => std::future::pending().await,
-            }
-        };
-        let watchdog_ahead = async {
-            if request.waits() && standby.is_none() {
-                tokio::time::sleep(STANDBY_AFTER).await;
-                *standby = Standby::start();
-            }
-            std::future::pending().await
-        };
-        tokio::select! {
-            acquired = waiting => acquired?,
-            () = progress => unreachable!("progress reports until the wait ends"),
-            () = watchdog_ahead => unreachable!("the standby is started once, then waits forever"),
+        match config.progress.filter(|_| request.waits()) {
+            None => waiting.await?,
+            Some(every) => tokio::select! {
+                acquired = waiting => acquired?,
+                never = progress::report(backend, request, every) => match never {},
+            },
         }
     };
     Ok((acquired, interrupted))
@@ -291,7 +272,6 @@ async fn run_command(
     timing: Timing,
     config: &RunConfig,
     signals: &mut Signals,
-    standby: Option<Standby>,
 ) -> Result<u8, Error> {
     let grant = lease.grant();
     let launch = Launch {
@@ -305,7 +285,6 @@ async fn run_command(
         ],
         env_remove: secret_variables(),
         sole_child: true,
-        standby,
     };
     // A signal that came while the lease was being made ready (the `--min-interval` claim, a
     // grant too late to use) ends the run as it would have ended the wait: the command is not

@@ -28,7 +28,7 @@ use tokio::io::unix::AsyncFd;
 
 use super::job_control::JobControl;
 use super::spawn::Steps;
-use super::watchdog::{Standby, Watchdog};
+use super::watchdog::Watchdog;
 use crate::exit::{self, Error};
 
 /// How long the command runs before lockrun moves it into a cgroup of its own (see `cgroup`):
@@ -47,8 +47,6 @@ pub struct Launch<'a> {
     /// child subreaper and, on a lost lease, sweeps descendants that left the command's group. A
     /// process that runs other children besides the command (a test harness) must say no.
     pub sole_child: bool,
-    /// A watchdog started while lockrun waited, for a sole child (else one is started now).
-    pub standby: Option<Standby>,
 }
 
 /// The running command.
@@ -79,9 +77,7 @@ impl Child {
         let mut watchdog = None;
         if launch.sole_child {
             super::descendants::become_subreaper();
-            watchdog = launch
-                .standby
-                .map_or_else(Watchdog::start, |standby| Ok(standby.take()))
+            watchdog = Watchdog::start()
                 .inspect_err(|e| {
                     crate::warn!(
                         "cannot start the watchdog ({}): if lockrun is killed, only the command itself is stopped",

@@ -26,7 +26,6 @@ fn sh(script: &str) -> Child {
         env_remove: Vec::new(),
         // Tests run side by side in one process: each must touch only its own command.
         sole_child: false,
-        standby: None,
     })
     .expect("spawn sh")
 }

@@ -3,9 +3,8 @@
 //!
 //! The kernel's parent-death signal reaches only the command itself, and not even that once the
 //! command has executed a setuid or file-capability program (`sudo`, `ping`); the command's own
-//! children would run on beside the next holder. So just before the command starts (or, for a run
-//! that waits for the lock, while it waits: see [`Standby`]), lockrun forks the watchdog, in a
-//! session of its own (a kill of lockrun's process group spares it), which
+//! children would run on beside the next holder. So just before the command starts, lockrun forks
+//! the watchdog, in a session of its own (a kill of lockrun's process group spares it), which
 //! keeps only the read end of a pipe: every other descriptor is closed at once, so it never keeps
 //! the lock, a backend connection or the terminal. lockrun keeps the write end (close-on-exec, so
 //! the command never has it) and writes to it what the watchdog must stop: the command's process
@@ -152,41 +151,6 @@ impl Watchdog {
         send(&self.pipe, TAG_DISARM, 0);
         if let Some(cgroup) = cgroup {
             cgroup.remove();
-        }
-    }
-}
-
-/// A watchdog started while lockrun waits for the lock, so that forking it (about 0.2 ms) is not
-/// part of the handoff once the lock comes: the command then takes it over. One never handed to a
-/// command is disarmed when dropped (the wait ended without a run). The watchdog has nothing to
-/// stop until the command tells it its group, so a lockrun that dies while waiting leaves it
-/// nothing to do but exit.
-pub struct Standby(Option<Watchdog>);
-
-impl Standby {
-    /// Forks a watchdog to stand by; `None` if it cannot (the command's start tries again).
-    pub fn start() -> Option<Standby> {
-        match Watchdog::start() {
-            Ok(watchdog) => Some(Standby(Some(watchdog))),
-            Err(e) => {
-                crate::debug!("cannot start the watchdog ahead of the lock: {e}");
-                None
-            }
-        }
-    }
-
-    /// The watchdog, for the command about to start.
-    pub fn take(mut self) -> Watchdog {
-        self.0
-            .take()
-            .expect("a standby holds its watchdog until taken")
-    }
-}
-
-impl Drop for Standby {
-    fn drop(&mut self) {
-        if let Some(watchdog) = self.0.take() {
-            watchdog.disarm();
         }
     }
 }
