@@ -20,7 +20,7 @@ pub fn main() -> u8 {
     }
     let cli = match cli::parse(args) {
         Ok(cli::Parsed::Cli(cli)) => cli,
-        Ok(cli::Parsed::Printed) => return exit::SUCCESS,
+        Ok(cli::Parsed::Printed) => return 0,
         Err(e) => {
             crate::error!("{e}");
             return e.code();

@@ -6,8 +6,6 @@
 
 use std::fmt;
 
-/// Everything went well (help and version printed, or the command's own 0).
-pub const SUCCESS: u8 = 0;
 /// A usage error: bad option, name, duration, URL, or a missing command. Nothing ran.
 pub const USAGE: u8 = 64;
 /// The backend is unreachable or failing before the lock was taken. Nothing ran.
