@@ -14,6 +14,7 @@ use async_trait::async_trait;
 use super::lease::{FileLease, HolderRecord, RecordPlace};
 use super::line::{self, Line, Place, Verdict};
 use super::probe::Wanted;
+use super::retry::{self, Patience, Stopped};
 use super::state_dir::StateDir;
 use super::wakeup::Wakeup;
 use super::{fence, paths};
@@ -111,22 +112,23 @@ impl FileBackend {
         cancel: &mut Cancel<'_>,
     ) -> io::Result<Option<FileLease>> {
         let fence_file = paths::fence_file(&request.name);
-        let mut said = false;
-        let token = loop {
-            if let Some(token) = fence::next_token(&self.dir, &fence_file)? {
-                break token;
-            }
-            if !said {
+        let patience = Patience {
+            every: TOKEN_RETRY,
+            expired: &|| false,
+            cancel: Some(cancel),
+        };
+        let taken = retry::until_free(
+            patience,
+            || fence::next_token(&self.dir, &fence_file),
+            || {
                 crate::debug!(
                     "another holder of {} is taking its token; trying again",
                     request.name
-                );
-                said = true;
-            }
-            tokio::select! {
-                () = tokio::time::sleep(TOKEN_RETRY) => {}
-                () = cancel.as_mut() => return Ok(None),
-            }
+                )
+            },
+        );
+        let Ok(token) = taken.await? else {
+            return Ok(None);
         };
         let grant = Grant {
             token,
@@ -180,26 +182,25 @@ impl FileBackend {
         line: &Line,
         cancel: &mut Cancel<'_>,
     ) -> io::Result<Result<Place, Acquired>> {
-        let mut said = false;
-        loop {
-            if let Some(place) = self.join(request, line)? {
-                return Ok(Ok(place));
-            }
-            if !said {
+        let patience = Patience {
+            every: JOIN_RETRY,
+            expired: &|| request.expired(),
+            cancel: Some(cancel),
+        };
+        let joined = retry::until_free(
+            patience,
+            || self.join(request, line),
+            || {
                 crate::debug!(
                     "another process is joining the line of {}; trying again",
                     request.name
-                );
-                said = true;
-            }
-            if request.expired() {
-                return Ok(Err(Acquired::Busy));
-            }
-            tokio::select! {
-                () = tokio::time::sleep(JOIN_RETRY) => {}
-                () = cancel.as_mut() => return Ok(Err(Acquired::Cancelled)),
-            }
-        }
+                )
+            },
+        );
+        Ok(joined.await?.map_err(|stopped| match stopped {
+            Stopped::Expired => Acquired::Busy,
+            Stopped::Cancelled => Acquired::Cancelled,
+        }))
     }
 
     /// Joins `line` (`None` while another process holds the ticket counter); a `--supersede`

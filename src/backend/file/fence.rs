@@ -14,7 +14,7 @@
 //! and once per boot, and tokens jump by up to [`BLOCK`] after a reboot. A reservation file that
 //! cannot be read as a number stops lockrun rather than restarting at 1.
 
-use std::fs::{File, TryLockError};
+use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 
@@ -30,15 +30,12 @@ pub const BLOCK: u64 = 1024;
 /// (for an instant as it takes its own token), to be tried again.
 pub fn next_token(dir: &StateDir, file_name: &str) -> io::Result<Option<u64>> {
     let existed = dir.file_id(file_name)?.is_some();
-    let reservation = dir.open_rw(file_name)?;
+    let Some(reservation) = dir.open_locked(file_name)? else {
+        return Ok(None);
+    };
     if !existed {
         // The file's directory entry must survive a crash as much as its contents do.
         dir.sync()?;
-    }
-    match reservation.try_lock() {
-        Ok(()) => {}
-        Err(TryLockError::WouldBlock) => return Ok(None),
-        Err(TryLockError::Error(e)) => return Err(e),
     }
     let reserved = read_counter(&reservation, dir, file_name)?;
     let hot = dir.open_rw(&format!("{file_name}-hot"))?;

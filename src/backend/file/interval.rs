@@ -4,12 +4,12 @@
 //! clock. A record from the future (the wall clock went back) counts as too soon, never as a free
 //! pass. A run's look before it waits reads the record without the lock and writes nothing.
 
-use std::fs::TryLockError;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::fence::boot_id;
+use super::retry::{self, Patience};
 use super::state_dir::StateDir;
 use crate::backend::IntervalClaim;
 use crate::clock::BootInstant;
@@ -83,12 +83,15 @@ pub async fn claim(
     file_name: &str,
     interval: Duration,
 ) -> io::Result<IntervalClaim> {
-    loop {
-        if let Some(verdict) = judge(dir, file_name, interval)? {
-            return Ok(verdict);
-        }
-        tokio::time::sleep(CLAIM_RETRY).await;
-    }
+    let waiting = || crate::debug!("another run is recording itself in {file_name}; trying again");
+    let claimed = retry::until_free(
+        Patience::unbounded(CLAIM_RETRY),
+        || judge(dir, file_name, interval),
+        waiting,
+    );
+    Ok(claimed
+        .await?
+        .expect("unbounded tries end only with the lock"))
 }
 
 /// How long ago the name whose record file is `file_name` last ran, if less than `interval`.
@@ -118,12 +121,9 @@ pub fn ran_within(
 /// Records a run now, under the record's lock, unless the last is younger than `interval`;
 /// `None` when another process holds the lock.
 fn judge(dir: &StateDir, file_name: &str, interval: Duration) -> io::Result<Option<IntervalClaim>> {
-    let file = dir.open_rw(file_name)?;
-    match file.try_lock() {
-        Ok(()) => {}
-        Err(TryLockError::WouldBlock) => return Ok(None),
-        Err(TryLockError::Error(e)) => return Err(dir.named(file_name, e)),
-    }
+    let Some(file) = dir.open_locked(file_name)? else {
+        return Ok(None);
+    };
     let mut buf = [0u8; 128];
     let len = file.read_at(&mut buf, 0)?;
     let now = Stamp::now();

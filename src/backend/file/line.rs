@@ -403,12 +403,9 @@ struct TicketCounter {
 impl TicketCounter {
     /// The counter, locked; `None` if another process holds it.
     fn try_lock(state: &StateDir, file_name: &str) -> io::Result<Option<TicketCounter>> {
-        let file = state.open_rw(file_name)?;
-        match file.try_lock() {
-            Ok(()) => Ok(Some(TicketCounter { file })),
-            Err(TryLockError::WouldBlock) => Ok(None),
-            Err(TryLockError::Error(e)) => Err(state.named(file_name, e)),
-        }
+        Ok(state
+            .open_locked(file_name)?
+            .map(|file| TicketCounter { file }))
     }
 
     /// Takes the next ticket.

@@ -21,6 +21,7 @@ mod line;
 mod paths;
 mod probe;
 mod proc_locks;
+mod retry;
 mod settings;
 mod state_dir;
 mod wakeup;

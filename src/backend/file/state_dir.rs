@@ -6,7 +6,7 @@
 //! 2770) gets files its group may lock whatever the creator's umask (0660), and subdirectories
 //! that stay shared (2770). Every error names the file it is about.
 
-use std::fs::{DirBuilder, File};
+use std::fs::{DirBuilder, File, TryLockError};
 use std::io;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
@@ -177,6 +177,17 @@ impl StateDir {
     pub fn open_rw(&self, file_name: &str) -> io::Result<File> {
         let flags = OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
         self.open_at(file_name, flags)
+    }
+
+    /// Opens `file_name` for reading and writing, creating it if missing, and takes its exclusive
+    /// lock without waiting; `Ok(None)` while another process holds the lock. Refuses symlinks.
+    pub fn open_locked(&self, file_name: &str) -> io::Result<Option<File>> {
+        let file = self.open_rw(file_name)?;
+        match file.try_lock() {
+            Ok(()) => Ok(Some(file)),
+            Err(TryLockError::WouldBlock) => Ok(None),
+            Err(TryLockError::Error(e)) => Err(self.named(file_name, e)),
+        }
     }
 
     /// Opens `file_name` read-only, creating it if missing (a lock file: `flock` needs no write
