@@ -333,21 +333,16 @@ fn stdin() -> BorrowedFd<'static> {
 /// Makes the process `command` starts die (SIGKILL) when this process dies, however it dies: the
 /// kernel's parent-death signal, armed in the child before exec — and, should this process have
 /// died between the fork and the arming, the child kills itself at once.
+///
+/// For helpers started with `std`'s `Command` (the drill's holders); the command itself gets the
+/// same from [`Steps::on_parent_death`].
 pub fn die_with_parent(command: &mut std::process::Command) {
-    on_parent_death(command, Some(Signal::SIGKILL));
-}
-
-/// Arms the parent-death signal `signal` (if any) in the process `command` starts; a child whose
-/// parent died before exec kills itself at once (it has started nothing yet).
-fn on_parent_death(command: &mut std::process::Command, signal: Option<Signal>) {
     let parent = getpid();
     // SAFETY: the closure runs in the forked child before exec and only makes async-signal-safe
     // system calls (prctl, getppid, raise); it allocates nothing.
     unsafe {
         command.pre_exec(move || {
-            if let Some(signal) = signal {
-                nix::sys::prctl::set_pdeathsig(signal)?;
-            }
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
             if getppid() != parent {
                 nix::sys::signal::raise(Signal::SIGKILL)?;
             }
@@ -442,11 +437,7 @@ mod tests {
             .unwrap();
         runtime.block_on(async {
             let args = ["-c", "sleep 0.2; exit 7"].map(OsString::from);
-            let steps = Steps {
-                on_parent_death: None,
-                take_terminal: false,
-                tell_group: None,
-            };
+            let steps = Steps::default();
             let spawned = super::super::spawn::spawn("sh".as_ref(), &args[..], &[], &[], steps);
             let spawned = spawned.unwrap();
             drop(spawned.pidfd);

@@ -24,7 +24,8 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use nix::unistd::Pid;
 
 /// What the child does between the clone and the exec, in this order (the order `std`'s
-/// `pre_exec` closures ran in).
+/// `pre_exec` closures ran in). The default is none of them.
+#[derive(Default)]
 pub struct Steps {
     /// The signal the kernel sends the command when lockrun dies, if any; a command whose
     /// parent is already gone by then kills itself.
@@ -89,9 +90,7 @@ pub fn spawn(
     let failure = prepared.failure.load(Ordering::SeqCst);
     if failure != 0 {
         // The child has exited (127) by now; reap it so that no zombie is left.
-        let mut status = 0;
-        // SAFETY: waits for our own child, whose pid the clone just returned.
-        unsafe { libc::waitpid(pid, &mut status, 0) };
+        let _ = nix::sys::wait::waitpid(Pid::from_raw(pid), None);
         return Err(io::Error::from_raw_os_error(failure));
     }
     Ok(Spawned {
@@ -340,14 +339,6 @@ fn last_errno() -> i32 {
 mod tests {
     use super::*;
 
-    fn steps() -> Steps {
-        Steps {
-            on_parent_death: None,
-            take_terminal: false,
-            tell_group: None,
-        }
-    }
-
     fn exit_code(pid: Pid) -> i32 {
         let mut status = 0;
         // SAFETY: waits for a child this test started, into a local.
@@ -369,7 +360,7 @@ mod tests {
             &args[..],
             &[("LOCKRUN_SPAWN_TEST".into(), "set".into())],
             &["HOME".into()],
-            steps(),
+            Steps::default(),
         )
         .unwrap();
         assert!(spawned.pidfd.is_some());
@@ -382,9 +373,15 @@ mod tests {
 
     #[test]
     fn a_program_that_cannot_be_executed_is_an_error_of_its_kind() {
-        let missing = spawn(OsStr::new("no-such-program-here"), &[], &[], &[], steps());
+        let missing = spawn(
+            OsStr::new("no-such-program-here"),
+            &[],
+            &[],
+            &[],
+            Steps::default(),
+        );
         assert_eq!(missing.err().unwrap().kind(), io::ErrorKind::NotFound);
-        let directory = spawn(OsStr::new("/"), &[], &[], &[], steps());
+        let directory = spawn(OsStr::new("/"), &[], &[], &[], Steps::default());
         assert_eq!(
             directory.err().unwrap().kind(),
             io::ErrorKind::PermissionDenied
@@ -398,7 +395,7 @@ mod tests {
     fn a_step_that_fails_stops_the_spawn_with_its_error() {
         let steps = Steps {
             on_parent_death: Some(100_000),
-            ..steps()
+            ..Steps::default()
         };
         let failed = spawn(OsStr::new("true"), &[], &[], &[], steps);
         assert_eq!(failed.err().unwrap().raw_os_error(), Some(libc::EINVAL));
@@ -407,7 +404,7 @@ mod tests {
     #[test]
     fn a_nul_byte_in_an_argument_is_refused_before_anything_starts() {
         let args = [OsString::from("a\0b")];
-        let refused = spawn(OsStr::new("true"), &args[..], &[], &[], steps());
+        let refused = spawn(OsStr::new("true"), &args[..], &[], &[], Steps::default());
         assert_eq!(refused.err().unwrap().kind(), io::ErrorKind::InvalidInput);
     }
 }
