@@ -293,8 +293,7 @@ fn a_claim_behind_a_locked_record_still_hears_its_signals() {
     let env = Scene::file();
     let first = env.run(["--name", "cron", "--min-interval", "1s", "--", "true"]);
     assert_eq!(code(&first), 0, "{}", text(&first.stderr));
-    let record = std::fs::File::open(env.state().join("cron.interval")).unwrap();
-    record.lock().unwrap();
+    let _record = locked_state_file(&env, "cron.interval");
     let mut run = env.spawn([
         "-vv",
         "--name",
@@ -305,7 +304,7 @@ fn a_claim_behind_a_locked_record_still_hears_its_signals() {
         "touch",
         "ran",
     ]);
-    interrupted_once_it_says(&env, &mut run, "acquired cron");
+    interrupted_once_it_says(&env, &mut run, "recording itself in cron.interval");
 }
 
 /// A waiter that finds the line's ticket counter held by another process (one paused while it
@@ -366,8 +365,7 @@ fn heard_behind_a_held_file(locked: &str, options: &[&str], says: &str) -> (Scen
 fn a_min_interval_look_does_not_wait_for_the_record_lock() {
     let env = Scene::file();
     let mut holder = env.hold("cron", "h", &["--min-interval", "1h"]);
-    let record = std::fs::File::open(env.state().join("cron.interval")).unwrap();
-    record.lock().unwrap();
+    let record = locked_state_file(&env, "cron.interval");
     let mut late = env.waiter("cron", &["--min-interval", "1h"], "touch ran");
     assert_ended_without_running(&env, &late.wait(SOON), 75, "--min-interval");
     drop(record);
