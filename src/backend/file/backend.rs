@@ -27,8 +27,10 @@ use crate::messages::io as io_reason;
 /// How often a waiter looks again without being woken, in case a change went unreported (a lock
 /// released by a process that had its file open read-only).
 const SAFETY_RECHECK: Duration = Duration::from_secs(1);
-/// After a wake that finds the lock still held, the waiter tries again this soon, doubling, a few
-/// times: the holder may be letting go at that very moment.
+/// After a wake on a lock file that finds the lock still held, the waiter tries again this soon,
+/// doubling, a few times: the holder may be letting go at that very moment. (A waiter that has
+/// just come to the front needs no such haste: it watches the lock files before its try, so a
+/// holder letting go after the try wakes it.)
 const RETRY_FIRST: Duration = Duration::from_millis(1);
 const RETRIES: u32 = 6;
 /// A waiter that nothing wakes (no inotify instance, and more to watch than it may probe: see
@@ -242,7 +244,7 @@ impl FileBackend {
         };
         let mut wakeup = Wakeup::new(slot_names, slot_wanted)?;
         let mut timer = BootTimer::new()?;
-        let mut retries = 0;
+        let mut retries = RETRIES;
         let outcome = loop {
             let mut place = slot.take().expect("a place in line");
             // A waiter that was stopped past its heartbeat lost its place: it joins at the back.
@@ -268,11 +270,12 @@ impl FileBackend {
                     break Acquired::Superseded(by);
                 }
                 Verdict::Turn => {
+                    wakeup.watch_slots(self.dir.path())?;
                     match self.try_take(request, cancel).await? {
                         Acquired::Busy => {}
                         taken => break taken,
                     }
-                    wakeup.watch_slots(self.dir.path())?;
+                    wakeup.probe_slots();
                     if retries < RETRIES {
                         retries += 1;
                         RETRY_FIRST * (1 << (retries - 1))
@@ -285,6 +288,7 @@ impl FileBackend {
                     SAFETY_RECHECK
                 }
             };
+            let at_front = watched.is_empty();
             if request.expired() {
                 break Acquired::Busy;
             }
@@ -305,7 +309,8 @@ impl FileBackend {
             tokio::select! {
                 woken = wakeup.woken() => {
                     woken?;
-                    retries = 0;
+                    // At the front, what woke it is a lock file let go; behind, a ticket ahead.
+                    retries = if at_front { 0 } else { RETRIES };
                 }
                 slept = timer.sleep_until(Some(wake_at)) => slept?,
                 () = cancel.as_mut() => break Acquired::Cancelled,

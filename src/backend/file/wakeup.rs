@@ -93,20 +93,28 @@ impl Wakeup {
         self.inotify.is_some() || self.probed_all
     }
 
-    /// Watches the state directory `dir` for a holder letting go of one of the lock files.
+    /// Watches the state directory `dir` for a holder letting go of one of the lock files; called
+    /// before a try, so that a holder letting go right after the try still wakes this waiter.
     pub fn watch_slots(&mut self, dir: &Path) -> io::Result<()> {
         self.slots_dir = Some(dir.to_owned());
-        if self.inotify.is_none() {
-            for name in &self.slot_names {
-                let path = dir.join(name);
-                let probed = match std::fs::File::open(&path) {
-                    Ok(file) => self.probes.probe(&path, file, self.slot_wanted),
-                    Err(_) => false,
-                };
-                self.slots_probed &= probed;
-            }
-        }
         self.watch_dir()
+    }
+
+    /// Without an inotify instance, after a try that found every lock file taken: a probe on
+    /// each (one started on a lock already let go rings at once, so nothing is missed in between;
+    /// started before the try, it would hold the lock for an instant and could fail the try).
+    pub fn probe_slots(&mut self) {
+        let Some(dir) = self.slots_dir.as_ref().filter(|_| self.inotify.is_none()) else {
+            return;
+        };
+        for name in &self.slot_names {
+            let path = dir.join(name);
+            let probed = match std::fs::File::open(&path) {
+                Ok(file) => self.probes.probe(&path, file, self.slot_wanted),
+                Err(_) => false,
+            };
+            self.slots_probed &= probed;
+        }
     }
 
     fn watch_dir(&mut self) -> io::Result<()> {
@@ -270,6 +278,7 @@ mod tests {
         let holder = locked(&dir.path().join("n.lock"));
         let mut wakeup = without_inotify(&["n.lock"], Wanted::Free);
         wakeup.watch_slots(dir.path()).unwrap();
+        wakeup.probe_slots();
         assert!(wakeup.watch_files(&[], None).unwrap());
         assert!(wakeup.has_events());
         assert_woken_only_once_gone(&mut wakeup, holder).await;
