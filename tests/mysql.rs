@@ -38,8 +38,7 @@ fn sessions(server: &MySqlServer) -> usize {
 fn concurrent_first_use_creates_the_tables_once_without_errors() {
     let server = MySqlServer::start();
     let s = Scene::new(server.url());
-    // No progress lines: creating the tables may take a second on a loaded machine.
-    run_six_first_uses_at_once(&s, &["--progress", "0"]);
+    run_six_first_uses_at_once(&s, &[]);
     let objects = server.sql(&format!(
         "SELECT (SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = '{DATABASE}'), \
          (SELECT COUNT(*) FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = '{DATABASE}')"
