@@ -697,3 +697,67 @@ fn killing_lockruns_process_group_stops_the_command_tree_too() {
     }
     drop(guards);
 }
+
+/// Guards the watchdog against stray signals (invariant 8): it keeps every signal blocked, so
+/// signals whose default is to end or stop a process (which a forked watchdog that only ignored a
+/// list of them died of: SIGALRM, SIGXCPU, SIGPROF) leave it watching, and a SIGKILL of lockrun
+/// afterwards still stops the command.
+#[test]
+fn stray_signals_leave_the_watchdog_watching() {
+    let env = Scene::file();
+    let mut run = env.spawn([
+        "--name",
+        "stray",
+        "--",
+        "sh",
+        "-c",
+        "echo $$ > command.pid; exec sleep 60",
+    ]);
+    let command = number_in(&env.path("command.pid")) as i32;
+    let watchdog_of = |lockrun: i32| {
+        std::fs::read_dir("/proc")
+            .ok()?
+            .flatten()
+            .find_map(|entry| {
+                let pid: i32 = entry.file_name().to_str()?.parse().ok()?;
+                let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+                let parent = format!("PPid:\t{lockrun}");
+                (status.lines().any(|l| l == "Name:\tlockrun-watch")
+                    && status.lines().any(|l| l == parent))
+                .then_some(pid)
+            })
+    };
+    let mut watchdog = None;
+    assert!(
+        wait_until(SOON, || {
+            watchdog = watchdog_of(run.pid());
+            watchdog.is_some()
+        }),
+        "no watchdog under lockrun"
+    );
+    let watchdog = Pid::from_raw(watchdog.unwrap());
+    for signal in [
+        Signal::SIGALRM,
+        Signal::SIGXCPU,
+        Signal::SIGPROF,
+        Signal::SIGVTALRM,
+        Signal::SIGTERM,
+        Signal::SIGHUP,
+        Signal::SIGTSTP,
+    ] {
+        kill(watchdog, signal).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        alive(watchdog.as_raw()),
+        "a stray signal ended the watchdog"
+    );
+    run.signal(Signal::SIGKILL);
+    run.wait(SOON);
+    assert_gone_within(
+        Duration::from_secs(2),
+        "the command",
+        command,
+        "the killed lockrun",
+    );
+}

@@ -137,13 +137,13 @@ fn pointers(strings: &[CString]) -> Vec<*const libc::c_char> {
 
 /// The child's stack: an anonymous mapping whose lowest page is left inaccessible, so an
 /// overflow faults instead of writing over lockrun's memory.
-struct Stack {
+pub(super) struct Stack {
     base: *mut libc::c_void,
     len: usize,
 }
 
 impl Stack {
-    fn new(wanted: usize) -> io::Result<Stack> {
+    pub(super) fn new(wanted: usize) -> io::Result<Stack> {
         let len = (wanted.div_ceil(PAGE) + 1) * PAGE;
         // SAFETY: a fresh private anonymous mapping; nothing else refers to it.
         let base = unsafe {
@@ -168,7 +168,7 @@ impl Stack {
     }
 
     /// The stack's top (stacks grow down), 16-byte aligned.
-    fn top(&self) -> *mut libc::c_void {
+    pub(super) fn top(&self) -> *mut libc::c_void {
         // SAFETY: one past the end of the mapping, as `clone` wants.
         unsafe { self.base.cast::<u8>().add(self.len).cast() }
     }
@@ -218,7 +218,7 @@ fn clone_child(prepared: &Prepared, stack: &Stack) -> io::Result<(libc::pid_t, O
     Ok((pid, pidfd))
 }
 
-fn block_all_signals() -> io::Result<libc::sigset_t> {
+pub(super) fn block_all_signals() -> io::Result<libc::sigset_t> {
     // SAFETY: plain out-parameters for the signal-mask calls.
     unsafe {
         let mut all: libc::sigset_t = std::mem::zeroed();
@@ -231,7 +231,7 @@ fn block_all_signals() -> io::Result<libc::sigset_t> {
     }
 }
 
-fn restore_signals(previous: &libc::sigset_t) {
+pub(super) fn restore_signals(previous: &libc::sigset_t) {
     // SAFETY: reinstates the mask saved by `block_all_signals`.
     unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, previous, std::ptr::null_mut()) };
 }
