@@ -30,13 +30,16 @@ pub const BLOCK: u64 = 1024;
 /// (for an instant as it takes its own token), to be tried again.
 pub fn next_token(dir: &StateDir, file_name: &str) -> io::Result<Option<u64>> {
     let existed = dir.file_id(file_name)?.is_some();
-    let Some(reservation) = dir.open_locked(file_name)? else {
-        return Ok(None);
-    };
+    let locked = dir.open_locked(file_name)?;
     if !existed {
-        // The file's directory entry must survive a crash as much as its contents do.
+        // The file's directory entry must survive a crash as much as its contents do. The one
+        // who created it flushes it, lock or not: whoever holds the lock now saw the file there
+        // and will not.
         dir.sync()?;
     }
+    let Some(reservation) = locked else {
+        return Ok(None);
+    };
     let reserved = read_counter(&reservation, dir, file_name)?;
     let hot = dir.open_rw(&format!("{file_name}-hot"))?;
     let boot = boot_id();
