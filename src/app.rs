@@ -8,7 +8,7 @@ use crate::{cli, drill, holding, inspect, messages};
 
 /// Runs lockrun with the process's arguments and returns its exit status.
 pub fn main() -> u8 {
-    crate::supervisor::note_start();
+    crate::supervisor::note_heap_and_stack();
     std::panic::set_hook(Box::new(|info| {
         let _ = writeln!(std::io::stderr(), "lockrun: internal error: {info}");
         std::process::exit(exit::INTERNAL.into());

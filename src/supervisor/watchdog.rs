@@ -33,8 +33,8 @@
 //! `lockrun -- true` on a 2-core virtual machine, measured by leaving the watchdog out). So
 //! lockrun's heap and its main thread's stack, which the watchdog never touches, are marked not
 //! to be copied for the one fork (`MADV_DONTFORK`, cleared again at once): lockrun then writes
-//! them without a fault, 31 fewer a run, 0.17 ms (`bench/file_vs_flock.py`'s uncontended run,
-//! 3.67 → 3.50 ms; flock 2.84). A clone that shared lockrun's memory (`CLONE_VM`, as the
+//! them without a fault: 31 fewer a run, 0.17 ms (3.67 → 3.50 ms for an uncontended run on the
+//! file backend, interleaved with flock's 2.84 ms). A clone that shared lockrun's memory (`CLONE_VM`, as the
 //! command's own start does) would save the rest, but the OOM killer kills every process that
 //! shares its victim's memory, so an OOM kill of lockrun would take such a watchdog with it,
 //! which is one of the deaths it is there for.
@@ -162,20 +162,32 @@ impl Watchdog {
 /// The watchdog's stack: `watch` and the sweep keep their buffers there (about 30 KiB).
 const WATCH_STACK: usize = 128 * 1024;
 
-/// Where lockrun's heap began and its main thread's stack ends, as noted at its start.
+/// Where lockrun's heap began and its main thread's stack ends, as noted at its start (0: not
+/// noted, as in unit tests, where nothing is left out of the watchdog's copy).
 static HEAP_START: AtomicUsize = AtomicUsize::new(0);
 static STACK_TOP: AtomicUsize = AtomicUsize::new(0);
 
-/// Notes where the heap begins and the main thread's stack ends; call first thing on the main
-/// thread.
-pub fn note_start() {
+/// Notes where the heap begins and the main thread's stack ends, for the watchdog's fork to leave
+/// them out; call first thing on the main thread.
+pub fn note_heap_and_stack() {
     // SAFETY: sbrk(0) only reads the current break.
     let brk = unsafe { libc::sbrk(0) } as usize;
     if brk != usize::MAX {
         HEAP_START.store(brk, Ordering::Relaxed);
     }
     let here = 0u8;
-    STACK_TOP.store(std::ptr::addr_of!(here) as usize + 4096, Ordering::Relaxed);
+    STACK_TOP.store(
+        std::ptr::addr_of!(here) as usize + page_size(),
+        Ordering::Relaxed,
+    );
+}
+
+/// The system's page size (4 KiB on most, 16 or 64 KiB on some arm64 kernels), which `madvise`
+/// ranges must be aligned to.
+fn page_size() -> usize {
+    // SAFETY: sysconf only reads a value the kernel handed the process at exec.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(size).unwrap_or(4096)
 }
 
 /// What the watchdog's clone reads: values, kept on its own stack.
@@ -228,17 +240,17 @@ struct Uncopied {
 
 impl Uncopied {
     fn mark() -> Uncopied {
-        const PAGE: usize = 4096;
+        let page = page_size();
         let heap_start = HEAP_START.load(Ordering::Relaxed);
         // SAFETY: sbrk(0) only reads the current break.
         let brk = unsafe { libc::sbrk(0) } as usize;
         let heap = match heap_start > 0 && brk != usize::MAX && brk > heap_start {
-            true => (heap_start & !(PAGE - 1), brk.next_multiple_of(PAGE)),
+            true => (heap_start & !(page - 1), brk.next_multiple_of(page)),
             false => (0, 0),
         };
         let here = 0u8;
-        let sp = (std::ptr::addr_of!(here) as usize) & !(PAGE - 1);
-        let top = STACK_TOP.load(Ordering::Relaxed) & !(PAGE - 1);
+        let sp = (std::ptr::addr_of!(here) as usize) & !(page - 1);
+        let top = STACK_TOP.load(Ordering::Relaxed) & !(page - 1);
         let stack = match top > sp && top - sp < 8 << 20 {
             true => (sp, top),
             false => (0, 0),

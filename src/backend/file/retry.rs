@@ -30,8 +30,8 @@ pub struct Patience<'a, 'c> {
 }
 
 impl Patience<'_, '_> {
-    /// Tries until the time or the wait runs out: for a step that has no deadline or cancellation
-    /// of its own (its caller races it against lockrun's signals).
+    /// Tries until the lock is free, however long that takes: for a step that has no deadline or
+    /// cancellation of its own (its caller races it against lockrun's signals).
     pub fn unbounded(every: Duration) -> Patience<'static, 'static> {
         Patience {
             every,
