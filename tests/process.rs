@@ -12,6 +12,7 @@ use crate::support::fixture::{Fixture, Reachable};
 use crate::support::lockrun::{BIN, Proc, scrub};
 use crate::support::redis_server::RedisServer;
 use crate::support::scene::Scene;
+use crate::support::server_process::children_of;
 use crate::support::tools::{self, chmod};
 use crate::support::wait::{SOON, alive, code, number_in, text, wait_for_file, wait_until};
 
@@ -714,18 +715,12 @@ fn stray_signals_leave_the_watchdog_watching() {
         "echo $$ > command.pid; exec sleep 60",
     ]);
     let command = number_in(&env.path("command.pid")) as i32;
+    let guard = scopeguard(command);
     let watchdog_of = |lockrun: i32| {
-        std::fs::read_dir("/proc")
-            .ok()?
-            .flatten()
-            .find_map(|entry| {
-                let pid: i32 = entry.file_name().to_str()?.parse().ok()?;
-                let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-                let parent = format!("PPid:\t{lockrun}");
-                (status.lines().any(|l| l == "Name:\tlockrun-watch")
-                    && status.lines().any(|l| l == parent))
-                .then_some(pid)
-            })
+        children_of(lockrun).into_iter().find(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|name| name.trim_end() == "lockrun-watch")
+        })
     };
     let mut watchdog = None;
     assert!(
@@ -760,4 +755,5 @@ fn stray_signals_leave_the_watchdog_watching() {
         command,
         "the killed lockrun",
     );
+    drop(guard);
 }

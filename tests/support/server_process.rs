@@ -169,7 +169,7 @@ fn signal(pid: i32, signal: Signal) -> nix::Result<()> {
 }
 
 /// The processes whose parent is `parent`.
-fn children_of(parent: i32) -> Vec<i32> {
+pub fn children_of(parent: i32) -> Vec<i32> {
     let mut pids = Vec::new();
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
