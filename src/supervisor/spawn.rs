@@ -54,7 +54,6 @@ struct Prepared {
     argv: Vec<*const libc::c_char>,
     envp: Vec<*const libc::c_char>,
     parent: libc::pid_t,
-    last_signal: libc::c_int,
     steps: Steps,
     /// The child's `errno` when a step or the exec failed; 0 while all went well.
     failure: AtomicI32,
@@ -81,11 +80,12 @@ pub fn spawn(
         argv: pointers(&arguments),
         envp: pointers(&environment),
         parent: std::process::id() as libc::pid_t,
-        last_signal: libc::SIGRTMAX(),
         steps,
         failure: AtomicI32::new(0),
     };
     let stack = Stack::new(STACK_BASE + 8 * arguments.len())?;
+    #[cfg(debug_assertions)]
+    assert_only_known_signals_caught();
     let (pid, pidfd) = clone_child(&prepared, &stack)?;
     let failure = prepared.failure.load(Ordering::SeqCst);
     if failure != 0 {
@@ -268,7 +268,7 @@ unsafe fn steps(prepared: &Prepared) -> Result<(), i32> {
     // SAFETY: each call is a plain system call on values of this child's own stack.
     unsafe {
         check(libc::setpgid(0, 0))?;
-        default_signals(prepared.last_signal);
+        default_signals();
         let mut empty: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut empty);
         check(libc::sigprocmask(
@@ -295,17 +295,59 @@ unsafe fn steps(prepared: &Prepared) -> Result<(), i32> {
     Ok(())
 }
 
-/// Every signal lockrun catches goes back to its default (its handler is lockrun's code, which
-/// must never run in the child), and so does SIGPIPE, which lockrun ignores; other ignored
-/// signals stay ignored, as across an exec.
+/// Every signal lockrun catches anywhere — the ones it forwards, job control, SIGCHLD, and
+/// SIGSEGV and SIGBUS where the Rust runtime watches for stack overflows — and SIGPIPE, which it
+/// ignores: the dispositions the child puts back before it unblocks signals.
+/// Checking only these, rather than asking the kernel about all 64, saves the child (and lockrun,
+/// suspended meanwhile) about 15 µs (64 queries took 20 µs on a 2-core VM); a debug build checks
+/// before each spawn that no other signal has a handler.
+const CAUGHT: [libc::c_int; 12] = [
+    libc::SIGINT,
+    libc::SIGTERM,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGTSTP,
+    libc::SIGCONT,
+    libc::SIGCHLD,
+    libc::SIGSEGV,
+    libc::SIGBUS,
+    libc::SIGPIPE,
+];
+
+/// Fails (in debug builds, which the tests run) when a signal outside [`CAUGHT`] has a handler:
+/// the child would not reset it, and a signal arriving before its exec would run lockrun's code
+/// in it.
+#[cfg(debug_assertions)]
+fn assert_only_known_signals_caught() {
+    for signal in 1..=libc::SIGRTMAX() {
+        if CAUGHT.contains(&signal) {
+            continue;
+        }
+        // SAFETY: queries a disposition into a structure on this stack.
+        let handler = unsafe {
+            let mut current: libc::sigaction = std::mem::zeroed();
+            match libc::sigaction(signal, std::ptr::null(), &mut current) {
+                0 => current.sa_sigaction,
+                _ => continue,
+            }
+        };
+        assert!(
+            handler == libc::SIG_DFL || handler == libc::SIG_IGN,
+            "signal {signal} has a handler but is not in spawn::CAUGHT"
+        );
+    }
+}
+
+/// Every signal of [`CAUGHT`] that has a handler goes back to its default (the handler is
+/// lockrun's code, which must never run in the child), and so does SIGPIPE, which lockrun
+/// ignores; other ignored signals stay ignored, as across an exec.
 ///
 /// # Safety
 /// As [`steps`].
-unsafe fn default_signals(last_signal: libc::c_int) {
-    for signal in 1..=last_signal {
-        if signal == libc::SIGKILL || signal == libc::SIGSTOP {
-            continue;
-        }
+unsafe fn default_signals() {
+    for signal in CAUGHT {
         // SAFETY: queries and sets dispositions with structures on this stack.
         unsafe {
             let mut current: libc::sigaction = std::mem::zeroed();
