@@ -338,8 +338,6 @@ pub async fn supervise(
     if let Some(stopping) = &keeper.stopping {
         finish_stop(stopping.kill_at, child, &mut timer).await;
     }
-    // From here on, whatever happens to lockrun, what the command left running is its own.
-    child.disarm();
 
     // The lease must have covered the whole run: a command that ended after the lease did (lockrun
     // was paused meanwhile) ran unprotected for a while, and that is reported as a loss.
@@ -356,6 +354,11 @@ pub async fn supervise(
     }
 
     release(lease, timing).await;
+    // From here on, whatever happens to lockrun, what the command left running is its own. The
+    // lease goes back first: standing the watchdog down wakes it to exit (a process's teardown,
+    // on a CPU the next holder may be waiting for) and, for a command moved into a cgroup, moves
+    // what it left back out and removes the cgroup, which a busy kernel can take seconds over.
+    child.disarm();
     Ok(match keeper.stopping.map(|s| s.cause) {
         Some(Cause::LeaseLost(reason)) => Outcome::LeaseLost(reason),
         Some(Cause::TimedOut) => Outcome::TimedOut,
