@@ -114,7 +114,7 @@ fn the_table_is_created_on_first_use_unless_create_false() {
     let tables = server.call("ListTables", &serde_json::json!({}));
     assert_eq!(tables["TableNames"], serde_json::json!([]), "{tables}");
 
-    run_six_first_uses_at_once(&Scene::new(server.url()), &[]);
+    run_six_first_uses_at_once(&Scene::new(server.url()));
     let table =
         server.call("DescribeTable", &serde_json::json!({"TableName": TABLE}))["Table"].clone();
     assert_eq!(table["KeySchema"][0]["AttributeName"], "pk", "{table}");

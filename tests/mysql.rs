@@ -38,7 +38,7 @@ fn sessions(server: &MySqlServer) -> usize {
 fn concurrent_first_use_creates_the_tables_once_without_errors() {
     let server = MySqlServer::start();
     let s = Scene::new(server.url());
-    run_six_first_uses_at_once(&s, &[]);
+    run_six_first_uses_at_once(&s);
     let objects = server.sql(&format!(
         "SELECT (SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = '{DATABASE}'), \
          (SELECT COUNT(*) FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = '{DATABASE}')"

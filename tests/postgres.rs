@@ -25,7 +25,7 @@ use crate::support::wait::{SOON, alive, code, number_in, text, wait_for_file, wa
 #[test]
 fn concurrent_first_use_creates_the_schema_once_without_errors() {
     let server = PgServer::start();
-    run_six_first_uses_at_once(&Scene::new(server.url()), &[]);
+    run_six_first_uses_at_once(&Scene::new(server.url()));
     assert_eq!(
         server.sql("SELECT count(*) FROM pg_namespace WHERE nspname = 'lockrun'"),
         "1"

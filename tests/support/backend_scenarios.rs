@@ -13,18 +13,23 @@ use super::lockrun::Proc;
 use super::scene::Scene;
 use super::wait::{SOON, code, number_in, text, wait_until};
 
-/// Six lockruns on three names at once, the first ever on the backend of `s` (each with the
-/// `options` a test adds): all succeed without a word, however their creating the backend's
-/// tables (or schema) races. (The line a wait prints after a second is not asked for: on a loaded
-/// machine the six may well wait that long.)
-pub fn run_six_first_uses_at_once(s: &Scene, options: &[&str]) {
+/// Six lockruns on three names at once, the first ever on the backend of `s`: all succeed without
+/// a word, however their creating the backend's tables (or schema) races. (The line a wait prints
+/// after a second is not asked for: on a loaded machine the six may well wait that long.)
+pub fn run_six_first_uses_at_once(s: &Scene) {
     let mut runs: Vec<Proc> = (0..6)
         .map(|i| {
             let name = format!("first{}", i % 3);
-            let mut args = vec!["--name", &name, "--wait", "20s", "--progress", "0"];
-            args.extend(options);
-            args.extend(["--", "true"]);
-            s.spawn(args)
+            s.spawn([
+                "--name",
+                &name,
+                "--wait",
+                "20s",
+                "--progress",
+                "0",
+                "--",
+                "true",
+            ])
         })
         .collect();
     for run in &mut runs {
