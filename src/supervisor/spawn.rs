@@ -46,7 +46,6 @@ pub struct Spawned {
 /// The child's stack: room for `execvpe`'s search buffer and, for a script without `#!`, its copy
 /// of the arguments, besides the steps' few frames.
 const STACK_BASE: usize = 256 * 1024;
-const PAGE: usize = 4096;
 
 /// Everything the child reads, built before the clone.
 struct Prepared {
@@ -135,6 +134,14 @@ fn pointers(strings: &[CString]) -> Vec<*const libc::c_char> {
         .collect()
 }
 
+/// The system's page size (4 KiB on most, 16 or 64 KiB on some arm64 kernels), which `mmap`
+/// lengths, `mprotect` and `madvise` ranges are counted in.
+pub(super) fn page_size() -> usize {
+    // SAFETY: sysconf only reads a value the kernel handed the process at exec.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(size).unwrap_or(4096)
+}
+
 /// The child's stack: an anonymous mapping whose lowest page is left inaccessible, so an
 /// overflow faults instead of writing over lockrun's memory.
 pub(super) struct Stack {
@@ -144,7 +151,8 @@ pub(super) struct Stack {
 
 impl Stack {
     pub(super) fn new(wanted: usize) -> io::Result<Stack> {
-        let len = (wanted.div_ceil(PAGE) + 1) * PAGE;
+        let page = page_size();
+        let len = (wanted.div_ceil(page) + 1) * page;
         // SAFETY: a fresh private anonymous mapping; nothing else refers to it.
         let base = unsafe {
             libc::mmap(
@@ -161,7 +169,7 @@ impl Stack {
         }
         let stack = Stack { base, len };
         // SAFETY: the first page of the mapping just made.
-        if unsafe { libc::mprotect(base, PAGE, libc::PROT_NONE) } != 0 {
+        if unsafe { libc::mprotect(base, page, libc::PROT_NONE) } != 0 {
             return Err(io::Error::last_os_error());
         }
         Ok(stack)

@@ -52,6 +52,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use nix::unistd::Pid;
 
 use super::cgroup::Cgroup;
+use super::spawn::page_size;
 use super::sweep::{Tree, freeze_tree};
 
 /// Message tags on the pipe; each message is a tag and a pid (`i32`, native endian). A cgroup
@@ -180,14 +181,6 @@ pub fn note_heap_and_stack() {
         std::ptr::addr_of!(here) as usize + page_size(),
         Ordering::Relaxed,
     );
-}
-
-/// The system's page size (4 KiB on most, 16 or 64 KiB on some arm64 kernels), which `madvise`
-/// ranges must be aligned to.
-fn page_size() -> usize {
-    // SAFETY: sysconf only reads a value the kernel handed the process at exec.
-    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    usize::try_from(size).unwrap_or(4096)
 }
 
 /// What the watchdog's clone reads: values, kept on its own stack.
