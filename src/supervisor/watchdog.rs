@@ -34,10 +34,10 @@
 //! lockrun's heap and its main thread's stack, which the watchdog never touches, are marked not
 //! to be copied for the one fork (`MADV_DONTFORK`, cleared again at once): lockrun then writes
 //! them without a fault: 31 fewer a run, 0.17 ms (3.67 → 3.50 ms for an uncontended run on the
-//! file backend, interleaved with flock's 2.84 ms). A clone that shared lockrun's memory (`CLONE_VM`, as the
-//! command's own start does) would save the rest, but the OOM killer kills every process that
-//! shares its victim's memory, so an OOM kill of lockrun would take such a watchdog with it,
-//! which is one of the deaths it is there for.
+//! file backend, interleaved with flock's 2.84 ms). A clone that shared lockrun's memory
+//! (`CLONE_VM`, as the command's own start does) would save the rest, but the OOM killer kills
+//! every process that shares its victim's memory, so an OOM kill of lockrun would take such a
+//! watchdog with it, which is one of the deaths it is there for.
 //!
 //! What remains possible: a SIGKILL of the watchdog together with lockrun (then the command's
 //! tree runs on), and, before adoption or without a cgroup, a descendant that left the command's
@@ -226,6 +226,10 @@ extern "C" fn watch_entry(arg: *mut libc::c_void) -> libc::c_int {
     unsafe { watch(args.pipe, args.lockrun) }
 }
 
+/// How far below its noted top the main thread's stack may reach (the usual `ulimit -s`): a fork
+/// made from another thread's stack, far from it, leaves no stack out rather than a wild range.
+const MAIN_STACK_MAX: usize = 8 << 20;
+
 /// lockrun's heap and main stack, marked not to be copied into a child for one fork.
 struct Uncopied {
     ranges: [(usize, usize); 2],
@@ -244,7 +248,7 @@ impl Uncopied {
         let here = 0u8;
         let sp = (std::ptr::addr_of!(here) as usize) & !(page - 1);
         let top = STACK_TOP.load(Ordering::Relaxed) & !(page - 1);
-        let stack = match top > sp && top - sp < 8 << 20 {
+        let stack = match top > sp && top - sp < MAIN_STACK_MAX {
             true => (sp, top),
             false => (0, 0),
         };
