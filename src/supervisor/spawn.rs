@@ -303,34 +303,34 @@ unsafe fn steps(prepared: &Prepared) -> Result<(), i32> {
     Ok(())
 }
 
-/// Every signal lockrun catches anywhere — the ones it forwards, job control, SIGCHLD, and
-/// SIGSEGV and SIGBUS where the Rust runtime watches for stack overflows — and SIGPIPE, which it
-/// ignores: the dispositions the child puts back before it unblocks signals.
-/// Checking only these, rather than asking the kernel about all 64, saves the child (and lockrun,
-/// suspended meanwhile) about 15 µs (64 queries took 20 µs on a 2-core VM); a debug build checks
-/// before each spawn that no other signal has a handler.
-const CAUGHT: [libc::c_int; 12] = [
-    libc::SIGINT,
-    libc::SIGTERM,
-    libc::SIGHUP,
-    libc::SIGQUIT,
-    libc::SIGUSR1,
-    libc::SIGUSR2,
-    libc::SIGTSTP,
-    libc::SIGCONT,
-    libc::SIGCHLD,
-    libc::SIGSEGV,
-    libc::SIGBUS,
-    libc::SIGPIPE,
-];
+/// Every signal lockrun catches anywhere — the ones it forwards ([`FORWARDED`](super::FORWARDED)),
+/// job control, SIGCHLD, and SIGSEGV and SIGBUS where the Rust runtime watches for stack
+/// overflows — and SIGPIPE, which it ignores: the dispositions the child puts back before it
+/// unblocks signals. Checking only these, rather than asking the kernel about all 64, saves the
+/// child (and lockrun, suspended meanwhile) about 15 µs (64 queries took 20 µs on a 2-core VM); a
+/// debug build checks before each spawn that no other signal has a handler.
+fn caught() -> impl Iterator<Item = libc::c_int> {
+    const OTHERS: [libc::c_int; 6] = [
+        libc::SIGTSTP,
+        libc::SIGCONT,
+        libc::SIGCHLD,
+        libc::SIGSEGV,
+        libc::SIGBUS,
+        libc::SIGPIPE,
+    ];
+    super::FORWARDED
+        .into_iter()
+        .map(|signal| signal as libc::c_int)
+        .chain(OTHERS)
+}
 
-/// Fails (in debug builds, which the tests run) when a signal outside [`CAUGHT`] has a handler:
+/// Fails (in debug builds, which the tests run) when a signal outside [`caught`] has a handler:
 /// the child would not reset it, and a signal arriving before its exec would run lockrun's code
 /// in it.
 #[cfg(debug_assertions)]
 fn assert_only_known_signals_caught() {
     for signal in 1..=libc::SIGRTMAX() {
-        if CAUGHT.contains(&signal) {
+        if caught().any(|known| known == signal) {
             continue;
         }
         // SAFETY: queries a disposition into a structure on this stack.
@@ -343,19 +343,19 @@ fn assert_only_known_signals_caught() {
         };
         assert!(
             handler == libc::SIG_DFL || handler == libc::SIG_IGN,
-            "signal {signal} has a handler but is not in spawn::CAUGHT"
+            "signal {signal} has a handler but is not in spawn::caught"
         );
     }
 }
 
-/// Every signal of [`CAUGHT`] that has a handler goes back to its default (the handler is
+/// Every signal of [`caught`] that has a handler goes back to its default (the handler is
 /// lockrun's code, which must never run in the child), and so does SIGPIPE, which lockrun
 /// ignores; other ignored signals stay ignored, as across an exec.
 ///
 /// # Safety
 /// As [`steps`].
 unsafe fn default_signals() {
-    for signal in CAUGHT {
+    for signal in caught() {
         // SAFETY: queries and sets dispositions with structures on this stack.
         unsafe {
             let mut current: libc::sigaction = std::mem::zeroed();
