@@ -45,7 +45,7 @@ impl HolderRecord {
     /// with spaces rather than cut off: a truncation is a journalled inode update that frees the
     /// block the next record allocates again (on ext4, blanking instead took an uncontended run
     /// from 3.21 to 2.96 ms). Only a file longer than any record is cut.
-    fn write(&self, file: &File) -> io::Result<u64> {
+    fn write(&self, file: &File) -> io::Result<usize> {
         let mut json = serde_json::to_vec(self).map_err(io::Error::other)?;
         json.push(b'\n');
         let len = file.metadata()?.len();
@@ -59,7 +59,7 @@ impl HolderRecord {
                 file.set_len(json.len() as u64)?;
             }
         }
-        Ok(json.len() as u64)
+        Ok(json.len())
     }
 }
 
@@ -68,15 +68,14 @@ const MAX_RECORD: usize = 8192;
 
 /// Overwrites the first `len` bytes of `file` with spaces: a record released, which readers find
 /// blank.
-fn blank(file: &File, len: u64) -> io::Result<()> {
-    let spaces = vec![b' '; usize::try_from(len).unwrap_or(MAX_RECORD).min(MAX_RECORD)];
-    file.write_all_at(&spaces, 0)
+fn blank(file: &File, len: usize) -> io::Result<()> {
+    file.write_all_at(&vec![b' '; len], 0)
 }
 
 /// Where a holder's record lives.
 enum RecordFile {
     /// In the lock file, through its read-write descriptor; the file's length.
-    InLockFile(u64),
+    InLockFile(usize),
     /// A shared holder's own file in the line directory, which it keeps locked.
     Own {
         dir: StateDir,
@@ -259,7 +258,7 @@ mod tests {
         file.write_all_at(&vec![b'{'; MAX_RECORD + 1], 0).unwrap();
         let short = record(None);
         let len = short.write(&file).unwrap();
-        assert_eq!(file.metadata().unwrap().len(), len);
+        assert_eq!(file.metadata().unwrap().len(), len as u64);
         assert_eq!(HolderRecord::read(&file), Some(short));
     }
 }
