@@ -479,6 +479,93 @@ fn a_killed_lockrun_takes_setuid_commands_and_escapees_with_it() {
     }
 }
 
+/// Guards the fallback for a watchdog that cannot start (invariant 8): when the kernel refuses
+/// the watchdog's fork, lockrun says so, runs the command anyway, and gives it a parent-death
+/// signal instead, so a SIGKILL of lockrun still ends the command. The refusal is real: a seccomp
+/// filter on lockrun fails every `clone` that does not share memory (the watchdog's fork) with
+/// EAGAIN, while the command's own start (`CLONE_VM`) and threads (`clone3`) go through.
+#[test]
+fn a_lockrun_whose_watchdog_cannot_start_still_takes_the_command_with_it() {
+    use std::os::unix::process::CommandExt;
+    let env = Scene::file();
+    // The command must not fork either, under the same filter: `echo` is built in, `exec` replaces.
+    let script = "echo $$ > command.pid; exec sleep 30";
+    let mut cmd = env.cmd(["--name", "nw", "--", "sh", "-c", script]);
+    // SAFETY: only async-signal-safe system calls between fork and exec.
+    unsafe { cmd.pre_exec(refuse_forks) };
+    let mut run = Proc::spawn(&mut cmd);
+    let command = number_in(&env.path("command.pid")) as i32;
+    let _guard = scopeguard(command);
+    assert!(
+        run.stderr_so_far().contains("cannot start the watchdog"),
+        "the refused watchdog went unsaid: {}",
+        run.stderr_so_far()
+    );
+    assert!(alive(command));
+    run.signal(Signal::SIGKILL);
+    run.wait(SOON);
+    assert_gone_within(Duration::from_secs(5), "the command", command, "lockrun");
+}
+
+/// Installs, in the calling process, a seccomp filter that fails with EAGAIN every `clone` system
+/// call whose flags lack `CLONE_VM` (a fork), and allows everything else.
+fn refuse_forks() -> std::io::Result<()> {
+    #[cfg(target_arch = "x86_64")]
+    const ARCH: u32 = 0xC000_003E; // AUDIT_ARCH_X86_64
+    #[cfg(target_arch = "aarch64")]
+    const ARCH: u32 = 0xC000_00B7; // AUDIT_ARCH_AARCH64
+    // seccomp_data: nr at 0, arch at 4, args[0] at 16 (its low half first: little-endian).
+    const NR: u32 = 0;
+    const AUDIT_ARCH: u32 = 4;
+    const FLAGS_LOW: u32 = 16;
+    let load = |offset: u32| libc::sock_filter {
+        code: (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16,
+        jt: 0,
+        jf: 0,
+        k: offset,
+    };
+    let jump = |op: u32, k: u32, jt: u8, jf: u8| libc::sock_filter {
+        code: (libc::BPF_JMP | op | libc::BPF_K) as u16,
+        jt,
+        jf,
+        k,
+    };
+    let ret = |k: u32| libc::sock_filter {
+        code: (libc::BPF_RET | libc::BPF_K) as u16,
+        jt: 0,
+        jf: 0,
+        k,
+    };
+    // Jumps count instructions from the next one; 6 refuses, 7 allows.
+    let mut program = [
+        load(AUDIT_ARCH),
+        jump(libc::BPF_JEQ, ARCH, 0, 5),
+        load(NR),
+        jump(libc::BPF_JEQ, libc::SYS_clone as u32, 0, 3),
+        load(FLAGS_LOW),
+        jump(libc::BPF_JSET, libc::CLONE_VM as u32, 1, 0),
+        ret(libc::SECCOMP_RET_ERRNO | libc::EAGAIN as u32),
+        ret(libc::SECCOMP_RET_ALLOW),
+    ];
+    let prog = libc::sock_fprog {
+        len: program.len() as u16,
+        filter: program.as_mut_ptr(),
+    };
+    // SAFETY: plain system calls on a program that outlives them.
+    let installed = unsafe {
+        libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0
+            && libc::prctl(
+                libc::PR_SET_SECCOMP,
+                libc::SECCOMP_MODE_FILTER,
+                &prog as *const libc::sock_fprog,
+            ) == 0
+    };
+    match installed {
+        true => Ok(()),
+        false => Err(std::io::Error::last_os_error()),
+    }
+}
+
 /// Guards against a command left running on a lease nobody renews (issue 10 item 5): without the
 /// terminal, SIGTSTP to lockrun stops the command while lockrun keeps renewing (here for longer
 /// than the lease), and SIGCONT continues it; the run ends normally.
