@@ -485,6 +485,7 @@ fn a_killed_lockrun_takes_setuid_commands_and_escapees_with_it() {
 /// filter on lockrun fails every `clone` that does not share memory (the watchdog's fork) with
 /// EAGAIN, while the command's own start (`CLONE_VM`) and threads (`clone3`) go through.
 #[test]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 fn a_lockrun_whose_watchdog_cannot_start_still_takes_the_command_with_it() {
     use std::os::unix::process::CommandExt;
     let env = Scene::file();
@@ -509,6 +510,7 @@ fn a_lockrun_whose_watchdog_cannot_start_still_takes_the_command_with_it() {
 
 /// Installs, in the calling process, a seccomp filter that fails with EAGAIN every `clone` system
 /// call whose flags lack `CLONE_VM` (a fork), and allows everything else.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 fn refuse_forks() -> std::io::Result<()> {
     #[cfg(target_arch = "x86_64")]
     const ARCH: u32 = 0xC000_003E; // AUDIT_ARCH_X86_64
