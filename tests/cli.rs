@@ -241,6 +241,33 @@ fn the_command_line_overrides_the_environment_for_exclusive_options() {
             .env("LOCKRUN_NO_WAIT", "maybe"),
     );
     assert_eq!(code(&out), 64, "{}", text(&out.stderr));
+    // A crontab's LOCKRUN_LIMIT does not stop one line from running --shared, nor its
+    // LOCKRUN_SHARED one line from running with --limit.
+    let out = output(
+        env.cmd(["--name", "s", "--shared", "--", "true"])
+            .env("LOCKRUN_LIMIT", "2"),
+    );
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    let out = output(
+        env.cmd(["--name", "s", "--limit", "2", "--", "true"])
+            .env("LOCKRUN_SHARED", "1"),
+    );
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+}
+
+/// Guards against free text and valid names that clap would take for options: a note and a name
+/// may start with `-`.
+#[test]
+fn a_note_or_a_name_may_start_with_a_dash() {
+    let env = Scene::file();
+    let mut holder = env.hold("n", "h", &["--note", "-urgent: hotfix"]);
+    let status = env.wait_held("n", 1);
+    assert_eq!(status["holders"][0]["note"], "-urgent: hotfix");
+    let out = holder.finish();
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    let out = env.run(["--name", "-a", "--", "sh", "-c", "echo $LOCKRUN_NAME"]);
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "-a\n");
 }
 
 /// Guards against a note that stops a deploy: too long is cut with a warning, tabs are kept, a
@@ -295,7 +322,24 @@ fn usage_errors_point_at_what_was_meant() {
         (&["release"][..], "as in lockrun release NAME --force"),
         (
             &["--name", "x", "--shared", "--limit", "2", "--", "true"][..],
-            "--shared",
+            "--shared cannot be used with --limit",
+        ),
+        // A cap of one that shared holders, who are not counted, would not keep.
+        (
+            &["--name", "x", "--shared", "--limit", "1", "--", "true"][..],
+            "--shared cannot be used with --limit",
+        ),
+        (
+            &["--name", "x", "--wait", "--", "sleep", "1"][..],
+            "missing value for --wait: give it before the --",
+        ),
+        (
+            &["--name", "x", "-w", "--", "true"][..],
+            "missing value for -w",
+        ),
+        (
+            &["--name", "x", "--note", "--", "true"][..],
+            "missing value for --note",
         ),
         (
             &["--name", "x", "--token-env", "LOCKRUN_TTL_MS", "--", "true"][..],

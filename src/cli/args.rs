@@ -107,7 +107,14 @@ pub struct RunArgs {
     /// Lease name: 1–200 bytes of A-Z a-z 0-9 . _ : - in segments joined by single /. Names are
     /// per backend: on the default backend each user has a state directory of their own, so the
     /// same name run by two users does not exclude (share one with --backend file:///DIR).
-    #[arg(long, env = "LOCKRUN_NAME", value_name = "NAME", required = true, value_hint = ValueHint::Other)]
+    #[arg(
+        long,
+        env = "LOCKRUN_NAME",
+        value_name = "NAME",
+        required = true,
+        allow_hyphen_values = true,
+        value_hint = ValueHint::Other
+    )]
     pub name: Option<String>,
 
     /// Lease length, e.g. 500ms, 15s, 2m. A backend may raise it to its minimum (ZooKeeper also
@@ -140,9 +147,9 @@ pub struct RunArgs {
     pub busy_exit_code: u8,
 
     /// Semaphore: up to N (at most 1024) holders at once, each with its own slot and token. All
-    /// users of NAME must pass the same N.
-    #[arg(long, env = "LOCKRUN_LIMIT", value_name = "N", default_value = "1", value_hint = ValueHint::Other)]
-    pub limit: String,
+    /// users of NAME must pass the same N. Default: 1.
+    #[arg(long, env = "LOCKRUN_LIMIT", value_name = "N", value_hint = ValueHint::Other)]
+    pub limit: Option<String>,
 
     /// Shared (reader) mode, as flock -s: any number of shared holders at once, never together
     /// with an exclusive holder. Waiters are served in arrival order, so an exclusive waiter is
@@ -196,7 +203,13 @@ pub struct RunArgs {
     /// Free text stored with the holder and shown by `status` and to waiters (a CI job URL, a
     /// ticket); longer than 1024 bytes it is cut, with a warning. Default: the job's URL when run
     /// in GitHub Actions, GitLab CI, Buildkite, Jenkins or CircleCI.
-    #[arg(long, env = "LOCKRUN_NOTE", value_name = "TEXT", value_hint = ValueHint::Other)]
+    #[arg(
+        long,
+        env = "LOCKRUN_NOTE",
+        value_name = "TEXT",
+        allow_hyphen_values = true,
+        value_hint = ValueHint::Other
+    )]
     pub note: Option<OsString>,
 
     /// The command to run, with its arguments, after `--`. Executed directly, not by a shell:

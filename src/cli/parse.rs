@@ -30,6 +30,7 @@ pub enum Parsed {
 /// exclusive options wins); every error is one line (exit 64).
 pub fn parse(args: Vec<OsString>) -> Result<Parsed, Error> {
     forget_empty_variables();
+    no_value_taken_from_the_separator(&args)?;
     let parsed = Cli::command()
         .try_get_matches_from(&args)
         .and_then(|matches| Ok((Cli::from_arg_matches(&matches)?, matches)));
@@ -59,7 +60,7 @@ fn forget_empty_variables() {
 /// to unset it.
 type Exclusive = (&'static str, &'static str, fn(&Cli) -> bool, fn(&mut Cli));
 
-const EXCLUSIVE: [(Exclusive, Exclusive); 3] = [
+const EXCLUSIVE: [(Exclusive, Exclusive); 4] = [
     (
         (
             "wait",
@@ -89,10 +90,61 @@ const EXCLUSIVE: [(Exclusive, Exclusive); 3] = [
         ),
     ),
     (
+        (
+            "shared",
+            "--shared",
+            |c| c.run.shared,
+            |c| c.run.shared = false,
+        ),
+        (
+            "limit",
+            "--limit",
+            |c| c.run.limit.is_some(),
+            |c| c.run.limit = None,
+        ),
+    ),
+    (
         ("quiet", "--quiet", |c| c.quiet, |c| c.quiet = false),
         ("verbose", "--verbose", |c| c.verbose > 0, |c| c.verbose = 0),
     ),
 ];
+
+/// An option that takes a value, given last before `--` without one (`--wait -- make`): clap
+/// would take the `--` as the value (options whose values may start with `-` take it) or report
+/// the command as an unexpected argument, either way pointing away from the option.
+fn no_value_taken_from_the_separator(args: &[OsString]) -> Result<(), Error> {
+    let command = Cli::command();
+    let takes_value = |word: &str| {
+        command.get_arguments().find(|arg| {
+            arg.get_action().takes_values()
+                && (arg
+                    .get_long()
+                    .is_some_and(|long| word == format!("--{long}"))
+                    || arg
+                        .get_short()
+                        .is_some_and(|short| word == format!("-{short}")))
+        })
+    };
+    let mut words = args.iter().skip(1).map(|word| word.to_str().unwrap_or(""));
+    while let Some(word) = words.next() {
+        if word == "--" || !word.starts_with('-') {
+            return Ok(());
+        }
+        let Some(arg) = takes_value(word) else {
+            continue;
+        };
+        if words.next() == Some("--") {
+            let value = arg
+                .get_value_names()
+                .and_then(|names| names.first())
+                .map_or_else(|| "VALUE".to_owned(), ToString::to_string);
+            return Err(Error::usage(format!(
+                "missing value for {word}: give it before the --, as in {word} {value}"
+            )));
+        }
+    }
+    Ok(())
+}
 
 /// Options that exclude each other may come one from the environment (a crontab's
 /// `LOCKRUN_NO_WAIT=1`) and one from the command line (`--wait 5m` on one line): the command line

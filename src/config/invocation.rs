@@ -142,15 +142,12 @@ fn resolve_run(cli: Cli, backend: BackendSpec) -> Result<RunConfig, Error> {
         (false, Some(v)) => Some(values::wait(v)?),
         (false, None) => None,
     };
-    let limit = values::limit(&run.limit)?;
-    let mode = match (run.shared, limit) {
-        (false, _) => Mode::Exclusive,
-        (true, 1) => Mode::Shared,
-        (true, _) => {
-            return Err(Error::usage(
-                "--shared cannot be used with --limit: shared holders are not counted",
-            ));
-        }
+    let limit = run.limit.as_deref().map_or(Ok(1), values::limit)?;
+    // `cli::parse` has settled --shared against --limit (even --limit 1: a cap that shared
+    // holders, who are not counted, would not keep).
+    let mode = match run.shared {
+        false => Mode::Exclusive,
+        true => Mode::Shared,
     };
     values::token_env(&run.token_env)?;
     let progress = match values::duration_or_zero("--progress", &run.progress)? {
