@@ -103,11 +103,15 @@ fn a_command_without_the_separator_is_refused_with_a_hint() {
 
 #[test]
 fn passwords_in_bad_urls_are_not_echoed() {
-    // A bad scheme, no scheme at all, and a scheme broken by a stray comma.
+    // A bad scheme, no scheme at all, a scheme broken by a stray comma, and credentials whose
+    // @HOST was left out.
     for url in [
         "ftp://user:hunter2@host/",
         "user:hunter2@host:6379",
         "x:hunter2@h,redis://y",
+        "redis://:hunter2",
+        "postgres://app:hunter2?x",
+        "zk://app:hunter2/x/y",
     ] {
         let out = output(lockrun().args(["--name", "x", "--backend", url, "--", "true"]));
         assert_eq!(code(&out), 64);

@@ -148,7 +148,7 @@ impl Url {
         } else {
             authority
                 .split(',')
-                .map(parse_host_port)
+                .map(|text| parse_host_port(text, userinfo.is_some()))
                 .collect::<Result<Vec<_>, _>>()?
         };
         let (user, password) = match userinfo {
@@ -324,16 +324,25 @@ fn shown_tail(path: &str, query: Vec<&str>) -> String {
     format!("{path}?{}", pairs.join("&"))
 }
 
-fn parse_host_port(text: &str) -> Result<HostPort, String> {
+/// Parses one `HOST[:PORT]`. `after_userinfo` says that the URL had an `@` before it: then the
+/// text can only be an endpoint, and errors quote it. Without one, a broken endpoint may be
+/// credentials whose `@HOST` was left out (`redis://:hunter2`), so errors quote none of it.
+fn parse_host_port(text: &str, after_userinfo: bool) -> Result<HostPort, String> {
+    let endpoint = match after_userinfo {
+        true => format!("endpoint {text:?}"),
+        false => "an endpoint".to_owned(),
+    };
     let (host, port) = if let Some(rest) = text.strip_prefix('[') {
         let (inside, after) = rest
             .split_once(']')
-            .ok_or_else(|| format!("endpoint {text:?}: unclosed [ in an IPv6 address"))?;
+            .ok_or_else(|| format!("{endpoint}: unclosed [ in an IPv6 address"))?;
         let port = match after {
             "" => None,
-            _ => Some(after.strip_prefix(':').ok_or_else(|| {
-                format!("endpoint {text:?}: expected :PORT after the IPv6 address")
-            })?),
+            _ => Some(
+                after
+                    .strip_prefix(':')
+                    .ok_or_else(|| format!("{endpoint}: expected :PORT after the IPv6 address"))?,
+            ),
         };
         (format!("[{inside}]"), port)
     } else {
@@ -346,17 +355,21 @@ fn parse_host_port(text: &str) -> Result<HostPort, String> {
         && host.bytes().all(|b| {
             b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_' | b'[' | b']' | b':' | b'%')
         });
+    let credentials_hint = match after_userinfo || !text.contains(':') {
+        true => "",
+        false => " (a user and password go before an @, as in USER:PASSWORD@HOST)",
+    };
     if !valid_host {
-        return Err(format!("endpoint {text:?} has no valid host"));
+        return Err(format!("{endpoint} has no valid host{credentials_hint}"));
     }
     let port = match port {
         None => None,
-        Some(p) => Some(
-            p.parse::<u16>()
-                .ok()
-                .filter(|&p| p > 0)
-                .ok_or_else(|| format!("endpoint {text:?}: port {p:?} is not 1-65535"))?,
-        ),
+        Some(p) => Some(p.parse::<u16>().ok().filter(|&p| p > 0).ok_or_else(
+            || match after_userinfo {
+                true => format!("{endpoint}: port {p:?} is not 1-65535"),
+                false => format!("{endpoint} has a port that is not 1-65535{credentials_hint}"),
+            },
+        )?),
     };
     Ok(HostPort { host, port })
 }
@@ -388,7 +401,7 @@ pub fn is_scheme(text: &str) -> bool {
 
 /// Any text that may be a URL, safe to show: the credentials of a URL that splits are replaced
 /// as in [`Url::shown`]; of anything else only the scheme (when there is one) and what follows the
-/// last `@` remain, so a password typed in any shape never shows.
+/// last `@` (when there is one) remain, so a password typed in any shape never shows.
 pub fn redact(raw: &str) -> String {
     for lone in [LoneUserinfo::User, LoneUserinfo::Password] {
         if let Ok(url) = Url::split(raw, lone) {
@@ -407,9 +420,10 @@ pub fn redact(raw: &str) -> String {
     if decode(raw).to_ascii_lowercase().contains("password") {
         return format!("{scheme}…");
     }
+    // Without an `@`, the text may be credentials whose `@HOST` was left out: none of it shows.
     match rest.rsplit_once('@') {
         Some((_, after)) => format!("{scheme}***@{after}"),
-        None => format!("{scheme}{rest}"),
+        None => format!("{scheme}…"),
     }
 }
 
@@ -517,10 +531,24 @@ mod tests {
             "redis://u:hunter2@h:1#frag",
             "redis://u:hunter2@[::1",
             "nonsense",
+            // Credentials whose @HOST was left out: nothing after :// may show.
+            "redis://:hunter2",
+            "redis://:hunter2/x",
+            "redis://:hunter2#x",
+            "postgres://u:hunter2?x",
+            "etcd://root:hunter2#x",
+            "zk://app:hunter2/x/y",
+            "redis://[:hunter2",
+            "hunter2",
         ] {
-            assert!(Url::split(raw, LoneUserinfo::User).is_err(), "{raw}");
+            for lone in [LoneUserinfo::User, LoneUserinfo::Password] {
+                let err = Url::split(raw, lone).map(|_| ()).unwrap_err();
+                assert!(!err.contains("hunter2"), "{raw}: {err}");
+            }
             assert!(!redact(raw).contains("hunter2"), "{raw}: {}", redact(raw));
         }
+        let err = Url::split("redis://:hunter2", LoneUserinfo::User).map(|_| ());
+        assert!(err.unwrap_err().contains("USER:PASSWORD@HOST"));
     }
 
     #[test]
@@ -536,7 +564,7 @@ mod tests {
             ("admin:pw@redis.local", "***@redis.local"),
             ("x:pw@h,redis://y", "***@h,redis://y"),
             ("redis://u:pw@h:0", "redis://***@h:0"),
-            ("plain text", "plain text"),
+            ("plain text", "…"),
             ("h:1/db?user=u&password=pw&x", "…"),
             ("redis://h/db?password=a@b&c", "redis://…"),
         ] {
