@@ -7,6 +7,7 @@ use nix::sys::signal::Signal;
 
 use crate::support::asserts::assert_gone_within;
 use crate::support::fixture::Fixture;
+use crate::support::lockrun::Proc;
 use crate::support::scene::Scene;
 use crate::support::wait::{SOON, alive, code, number_in, text, wait_for_file, wait_until};
 
@@ -81,6 +82,15 @@ pub fn progress_names_the_holder_and_the_place_in_line<F: Fixture>() {
             .count()
             >= 2),
         "no progress lines: {}",
+        second.stderr_so_far()
+    );
+    // And at the pace asked: four more lines take 1.2 s (a look that waited for the waiter's
+    // own sleep on its connection made each about a second late).
+    let lines = |p: &Proc| p.stderr_so_far().lines().count();
+    let seen = lines(&second);
+    assert!(
+        wait_until(Duration::from_secs(3), || lines(&second) >= seen + 4),
+        "--progress 300ms fell behind: {}",
         second.stderr_so_far()
     );
     let said = second.stderr_so_far();

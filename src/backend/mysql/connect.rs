@@ -204,6 +204,22 @@ impl Link {
             .await
     }
 
+    /// [`Link::query`] for a look that changes nothing (`status`), which must not wait for the
+    /// main connection while a waiter's sleep holds it (up to a second, which made every
+    /// `--progress` line that late): then it goes on a session of its own, closed after.
+    pub async fn look(&self, limit: Duration, sql: &str) -> Result<Reply, BackendError> {
+        // Free now: `query` takes it within this same poll, before any other task runs.
+        if self.main.try_lock().is_ok() {
+            return self.query(limit, sql).await;
+        }
+        let aside = || async {
+            let conn = self.connect(&format!("{}:look", self.presence())).await?;
+            let mut lent = Lent(Some(conn));
+            Ok(exchange(lent.conn(), sql).await?)
+        };
+        self.within(limit, aside).await
+    }
+
     /// Runs a waiter's sleep (see [`Statements::wait`]) on the main connection; `Ok` however it
     /// ended — slept, woken (`KILL QUERY`) or not needed — and `Err` when the connection failed.
     pub async fn sleep(&self, limit: Duration, sql: &str) -> Result<(), BackendError> {

@@ -22,7 +22,7 @@ impl Inspect for Link {
     /// Who holds `name`, and who waits, in line order (one round trip).
     async fn status(&self, name: &LockName) -> Result<LockStatus, BackendError> {
         let reply = self
-            .query(REQUEST_TIMEOUT, &self.sql().status(name.as_str()))
+            .look(REQUEST_TIMEOUT, &self.sql().status(name.as_str()))
             .await?;
         let [limits, holders, waiters] = match reply.sets.as_slice() {
             [a, b, c, ..] => [a, b, c],
