@@ -498,7 +498,9 @@ fn a_lockrun_whose_watchdog_cannot_start_still_takes_the_command_with_it() {
     let command = number_in(&env.path("command.pid")) as i32;
     let _guard = scopeguard(command);
     assert!(
-        run.stderr_so_far().contains("cannot start the watchdog"),
+        wait_until(SOON, || run
+            .stderr_so_far()
+            .contains("cannot start the watchdog")),
         "the refused watchdog went unsaid: {}",
         run.stderr_so_far()
     );
