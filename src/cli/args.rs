@@ -16,19 +16,25 @@ ran (it was stopped); 124 --timeout ran out (the command was stopped); 126 comma
 The command gets FENCING_TOKEN (see --token-env), a number that strictly increases with every
 acquisition of NAME: pass it to the storage you write so it can reject a stale holder.";
 
-/// What every duration option has in common, written once and applied as `#[arg(duration())]`
-/// (clap's derive calls any `Arg` method it is given): the value shows as DURATION (500ms, 15s,
-/// 2m), completes as free text, and may start with `-`, so that `--ttl -1s` reaches `config`'s
-/// message about durations instead of clap's "unexpected argument".
-trait DurationArg {
+/// What kinds of option have in common, written once and applied as `#[arg(duration())]` or
+/// `#[arg(free_text())]` (clap's derive calls any `Arg` method it is given).
+trait ArgKinds {
+    /// A duration: shows as DURATION (500ms, 15s, 2m), and may start with `-`, so that
+    /// `--ttl -1s` reaches `config`'s message about durations instead of clap's "unexpected
+    /// argument".
     fn duration(self) -> Self;
+
+    /// Text that may start with `-` (`--note -urgent`, `--name -a`): a value, not an option.
+    fn free_text(self) -> Self;
 }
 
-impl DurationArg for clap::Arg {
+impl ArgKinds for clap::Arg {
     fn duration(self) -> Self {
-        self.value_name("DURATION")
-            .allow_hyphen_values(true)
-            .value_hint(ValueHint::Other)
+        self.value_name("DURATION").free_text()
+    }
+
+    fn free_text(self) -> Self {
+        self.allow_hyphen_values(true).value_hint(ValueHint::Other)
     }
 }
 
@@ -112,8 +118,7 @@ pub struct RunArgs {
         env = "LOCKRUN_NAME",
         value_name = "NAME",
         required = true,
-        allow_hyphen_values = true,
-        value_hint = ValueHint::Other
+        free_text()
     )]
     pub name: Option<String>,
 
@@ -203,13 +208,7 @@ pub struct RunArgs {
     /// Free text stored with the holder and shown by `status` and to waiters (a CI job URL, a
     /// ticket); longer than 1024 bytes it is cut, with a warning. Default: the job's URL when run
     /// in GitHub Actions, GitLab CI, Buildkite, Jenkins or CircleCI.
-    #[arg(
-        long,
-        env = "LOCKRUN_NOTE",
-        value_name = "TEXT",
-        allow_hyphen_values = true,
-        value_hint = ValueHint::Other
-    )]
+    #[arg(long, env = "LOCKRUN_NOTE", value_name = "TEXT", free_text())]
     pub note: Option<OsString>,
 
     /// The command to run, with its arguments, after `--`. Executed directly, not by a shell:
