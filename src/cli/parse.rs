@@ -113,6 +113,14 @@ const EXCLUSIVE: [(Exclusive, Exclusive); 4] = [
 /// would take the `--` as the value (options whose values may start with `-` take it) or report
 /// the command as an unexpected argument, either way pointing away from the option.
 fn no_value_taken_from_the_separator(args: &[OsString]) -> Result<(), Error> {
+    // Only a flag right before a `--` can be one: a usual run line (`--name N -- CMD`) is not
+    // worth building clap's whole command for a second time.
+    let flag_before_separator = args
+        .windows(2)
+        .any(|pair| pair[1] == "--" && pair[0].to_str().is_some_and(|w| w.starts_with('-')));
+    if !flag_before_separator {
+        return Ok(());
+    }
     let command = Cli::command();
     let takes_value = |word: &str| {
         command.get_arguments().find(|arg| {
