@@ -11,7 +11,7 @@ use crate::clock::BootInstant;
 use crate::config::RunConfig;
 use crate::exit::{self, Error};
 use crate::messages::duration;
-use crate::supervisor::{self, Child, Launch, Outcome, Signals, unless_signalled};
+use crate::supervisor::{self, Child, Launch, Outcome, Signals, Standby, unless_signalled};
 use crate::{progress, timing::Timing};
 
 /// How long the busy message may spend asking who holds the lock.
@@ -41,8 +41,10 @@ pub async fn run(config: RunConfig) -> Result<u8, Error> {
         answered: false,
     };
     crate::info!("acquiring {} on {}", config.name, backend.describe());
+    // Filled while the acquisition waits (see `Standby`), and disarmed if the run ends unused.
+    let mut standby = Standby::default();
     let (lease, timing) = loop {
-        let lease = acquire(&*backend, &request, &config, &mut signals).await?;
+        let lease = acquire(&*backend, &request, &config, &mut signals, &mut standby).await?;
         let grant = lease.grant();
         let timing = grant
             .ttl
@@ -106,7 +108,7 @@ pub async fn run(config: RunConfig) -> Result<u8, Error> {
         release_unused(lease).await;
         return Err(e);
     }
-    run_command(lease, timing, &config, &mut signals).await
+    run_command(lease, timing, &config, &mut signals, standby).await
 }
 
 /// Waits for the lease, printing who holds it every `--progress`, until it is held, the wait
@@ -118,6 +120,7 @@ async fn acquire(
     request: &AcquireRequest,
     config: &RunConfig,
     signals: &mut Signals,
+    standby: &mut Standby,
 ) -> Result<Box<dyn Lease>, Error> {
     if let Some(interval) = config.min_interval
         && request.waits()
@@ -126,21 +129,23 @@ async fn acquire(
             deadline: Some(BootInstant::now()),
             ..request.clone()
         };
-        match wait_for(backend, &once, config, signals).await? {
+        match wait_for(backend, &once, config, signals, standby).await? {
             (Acquired::Busy, _) => skip_if_ran_recently(backend, config, interval, signals).await?,
             ended => return lease_of(backend, config, ended).await,
         }
     }
-    let ended = wait_for(backend, request, config, signals).await?;
+    let ended = wait_for(backend, request, config, signals, standby).await?;
     lease_of(backend, config, ended).await
 }
 
-/// How `request` ended, and the signal that cut it short, if one did.
+/// How `request` ended, and the signal that cut it short, if one did. If it does not end at once
+/// (a wait in line, or a server's answer), the watchdog is forked meanwhile.
 async fn wait_for(
     backend: &dyn Backend,
     request: &AcquireRequest,
     config: &RunConfig,
     signals: &mut Signals,
+    standby: &mut Standby,
 ) -> Result<(Acquired, Option<nix::sys::signal::Signal>), Error> {
     let mut interrupted = None;
     let acquired = {
@@ -151,7 +156,7 @@ async fn wait_for(
             }
         };
         tokio::pin!(cancel);
-        let waiting = backend.acquire(request, cancel);
+        let waiting = meanwhile(backend.acquire(request, cancel), || standby.prepare());
         match config.progress.filter(|_| request.waits()) {
             None => waiting.await?,
             Some(every) => tokio::select! {
@@ -161,6 +166,23 @@ async fn wait_for(
         }
     };
     Ok((acquired, interrupted))
+}
+
+/// Runs `future`, and calls `on_wait` the first time it has to wait: work that would otherwise
+/// come after it is done while it waits.
+async fn meanwhile<F: Future>(future: F, on_wait: impl FnOnce()) -> F::Output {
+    let mut future = std::pin::pin!(future);
+    let mut on_wait = Some(on_wait);
+    std::future::poll_fn(|cx| {
+        let polled = future.as_mut().poll(cx);
+        if polled.is_pending()
+            && let Some(on_wait) = on_wait.take()
+        {
+            on_wait();
+        }
+        polled
+    })
+    .await
 }
 
 /// The lease an acquisition ended with, or the error that says why there is none.
@@ -272,6 +294,7 @@ async fn run_command(
     timing: Timing,
     config: &RunConfig,
     signals: &mut Signals,
+    standby: Standby,
 ) -> Result<u8, Error> {
     let grant = lease.grant();
     let launch = Launch {
@@ -285,6 +308,7 @@ async fn run_command(
         ],
         env_remove: secret_variables(),
         sole_child: true,
+        standby,
     };
     // A signal that came while the lease was being made ready (the `--min-interval` claim, a
     // grant too late to use) ends the run as it would have ended the wait: the command is not

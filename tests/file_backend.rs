@@ -397,3 +397,37 @@ fn locked_state_file(env: &Scene, name: &str) -> std::fs::File {
     file.lock().unwrap();
     file
 }
+
+/// Guards the wake-up of a waiter behind many slots: up to eight lock files are watched one by
+/// one, more through the state directory (by name). Either way a holder letting go wakes the
+/// waiter, far sooner than the 1 s re-check of one that slept: here with `--limit 9`.
+#[test]
+fn a_release_wakes_a_waiter_behind_more_slots_than_are_watched_one_by_one() {
+    let env = Scene::file();
+    let limit = ["--limit", "9"];
+    let mut fastest = Duration::MAX;
+    for round in 0..3 {
+        let mut holders: Vec<Holder> = (0..9)
+            .map(|i| env.hold("many", &format!("r{round}h{i}"), &limit))
+            .collect();
+        let started = env.path(&format!("w{round}.started"));
+        let mut waiter = env.waiter("many", &limit, &format!("touch {}", started.display()));
+        env.wait_waiters("many", 1);
+        let out = holders[4].finish();
+        let released = std::time::SystemTime::now();
+        assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+        let out = waiter.wait(SOON);
+        assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+        let ran = std::fs::metadata(&started).unwrap().modified().unwrap();
+        fastest = fastest.min(ran.duration_since(released).unwrap_or(Duration::ZERO));
+        for holder in &mut holders {
+            if holder.running() && holder.command_alive() {
+                holder.finish();
+            }
+        }
+    }
+    assert!(
+        fastest < Duration::from_millis(500),
+        "the fastest of three handoffs took {fastest:?}"
+    );
+}

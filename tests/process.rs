@@ -790,6 +790,106 @@ fn killing_lockruns_process_group_stops_the_command_tree_too() {
     drop(guards);
 }
 
+/// The watchdog lockrun forks while it waits in line (so that the fork is not between the lock
+/// being won and the command starting): it is already there during the wait, keeps no file of
+/// the state directory (a copy of the lock file's descriptor would keep the lock past lockrun)
+/// but the waiter's inotify instance, and, once the lock is won, stops the command's whole tree when lockrun is SIGKILLed (invariant
+/// 8).
+#[test]
+fn a_watchdog_forked_while_waiting_takes_the_command_tree_when_lockrun_dies() {
+    let env = Scene::file();
+    let mut holder = env.hold("early", "h", &[]);
+    let script = "sleep 60 & echo $! > background.pid; echo $$ > command.pid; wait";
+    let mut run = env.waiter("early", &[], script);
+    env.wait_waiters("early", 1);
+    let mut watchdog = None;
+    assert!(
+        wait_until(SOON, || {
+            watchdog = watchdog_of(run.pid());
+            watchdog.is_some()
+        }),
+        "no watchdog under the waiting lockrun"
+    );
+    let watchdog = watchdog.unwrap();
+    let state = std::fs::canonicalize(env.state()).unwrap();
+    let mut inotify = false;
+    for fd in std::fs::read_dir(format!("/proc/{watchdog}/fd")).unwrap() {
+        let target = std::fs::read_link(fd.unwrap().path()).unwrap_or_default();
+        assert!(
+            !target.starts_with(&state),
+            "the watchdog keeps {} open",
+            target.display()
+        );
+        inotify |= target.as_os_str() == "anon_inode:inotify";
+    }
+    // The waiter's inotify instance, whose last close (a kernel grace period of 10-20 ms) is the
+    // watchdog's to make, not lockrun's as it exits.
+    assert!(
+        inotify,
+        "the watchdog does not keep the waiter's inotify instance"
+    );
+    holder.finish();
+    let command = number_in(&env.path("command.pid")) as i32;
+    let background = number_in(&env.path("background.pid")) as i32;
+    let guard = (scopeguard(command), scopeguard(background));
+    assert_eq!(
+        watchdog_of(run.pid()),
+        Some(watchdog),
+        "the command got another watchdog than the one forked while waiting"
+    );
+    run.signal(Signal::SIGKILL);
+    run.wait(SOON);
+    for (what, pid) in [("the command", command), ("its child", background)] {
+        assert_gone_within(Duration::from_secs(2), what, pid, "the killed lockrun");
+    }
+    drop(guard);
+}
+
+/// A waiter's watchdog has nothing to stop: when the wait ends without the lock (`--wait` ran
+/// out, or the waiter is SIGKILLed) it goes too, and the holder's command runs on untouched.
+#[test]
+fn a_waiters_watchdog_goes_with_the_wait_and_touches_nothing() {
+    let env = Scene::file();
+    let mut holder = env.hold("stand", "h", &[]);
+    let mut given_up = env.spawn(["--name", "stand", "--wait", "1s", "--", "true"]);
+    let killed = env.waiter("stand", &[], "true");
+    env.wait_waiters("stand", 2);
+    let mut watchdogs = (None, None);
+    assert!(
+        wait_until(SOON, || {
+            watchdogs = (watchdog_of(given_up.pid()), watchdog_of(killed.pid()));
+            watchdogs.0.is_some() && watchdogs.1.is_some()
+        }),
+        "no watchdog under a waiting lockrun"
+    );
+    let (given_up_watchdog, killed_watchdog) = (watchdogs.0.unwrap(), watchdogs.1.unwrap());
+    killed.signal(Signal::SIGKILL);
+    assert_gone_within(
+        Duration::from_secs(2),
+        "the killed waiter's watchdog",
+        killed_watchdog,
+        "its lockrun",
+    );
+    let out = given_up.wait(Duration::from_secs(10));
+    assert_eq!(code(&out), 75, "{}", text(&out.stderr));
+    assert_gone_within(
+        Duration::from_secs(2),
+        "the watchdog of the waiter that gave up",
+        given_up_watchdog,
+        "its lockrun",
+    );
+    assert!(holder.command_alive(), "a waiter's watchdog hit the holder");
+    assert_eq!(code(&holder.finish()), 0);
+}
+
+/// The watchdog under `lockrun`, if it has one.
+fn watchdog_of(lockrun: i32) -> Option<i32> {
+    children_of(lockrun).into_iter().find(|pid| {
+        std::fs::read_to_string(format!("/proc/{pid}/comm"))
+            .is_ok_and(|name| name.trim_end() == "lockrun-watch")
+    })
+}
+
 /// Guards the watchdog against stray signals (invariant 8): it keeps every signal blocked, so
 /// signals whose default is to end or stop a process (which a forked watchdog that only ignored a
 /// list of them died of: SIGALRM, SIGXCPU, SIGPROF) leave it watching, and a SIGKILL of lockrun
@@ -807,12 +907,6 @@ fn stray_signals_leave_the_watchdog_watching() {
     ]);
     let command = number_in(&env.path("command.pid")) as i32;
     let guard = scopeguard(command);
-    let watchdog_of = |lockrun: i32| {
-        children_of(lockrun).into_iter().find(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                .is_ok_and(|name| name.trim_end() == "lockrun-watch")
-        })
-    };
     let mut watchdog = None;
     assert!(
         wait_until(SOON, || {

@@ -28,7 +28,7 @@ use tokio::io::unix::AsyncFd;
 
 use super::job_control::JobControl;
 use super::spawn::Steps;
-use super::watchdog::Watchdog;
+use super::watchdog::{Standby, Watchdog};
 use crate::exit::{self, Error};
 
 /// How long the command runs before lockrun moves it into a cgroup of its own (see `cgroup`):
@@ -47,6 +47,8 @@ pub struct Launch<'a> {
     /// child subreaper and, on a lost lease, sweeps descendants that left the command's group. A
     /// process that runs other children besides the command (a test harness) must say no.
     pub sole_child: bool,
+    /// A watchdog forked while lockrun waited, if one is ready (only for a sole child).
+    pub standby: Standby,
 }
 
 /// The running command.
@@ -68,7 +70,7 @@ pub struct Child {
 
 impl Child {
     /// Starts the command. Needs a running tokio runtime; call from the main thread.
-    pub fn spawn(launch: Launch<'_>) -> Result<Child, Error> {
+    pub fn spawn(mut launch: Launch<'_>) -> Result<Child, Error> {
         let take_terminal = lockrun_owns_terminal();
         let job_control = match take_terminal {
             true => None,
@@ -77,7 +79,10 @@ impl Child {
         let mut watchdog = None;
         if launch.sole_child {
             super::descendants::become_subreaper();
-            watchdog = Watchdog::start()
+            watchdog = launch
+                .standby
+                .take()
+                .map_or_else(Watchdog::start, Ok)
                 .inspect_err(|e| {
                     crate::warn!(
                         "cannot start the watchdog ({}): if lockrun is killed, only the command itself is stopped",

@@ -18,4 +18,4 @@ mod watchdog;
 pub use child::{Child, Launch, die_with_parent};
 pub use signals::{FORWARDED, Signals, listen, unless_signalled};
 pub use supervise::{Outcome, supervise};
-pub use watchdog::note_heap_and_stack;
+pub use watchdog::{Standby, leave_last_close, note_heap_and_stack};

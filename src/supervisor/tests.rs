@@ -26,6 +26,7 @@ fn sh(script: &str) -> Child {
         env_remove: Vec::new(),
         // Tests run side by side in one process: each must touch only its own command.
         sole_child: false,
+        standby: super::Standby::default(),
     })
     .expect("spawn sh")
 }

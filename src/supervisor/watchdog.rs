@@ -3,10 +3,13 @@
 //!
 //! The kernel's parent-death signal reaches only the command itself, and not even that once the
 //! command has executed a setuid or file-capability program (`sudo`, `ping`); the command's own
-//! children would run on beside the next holder. So just before the command starts, lockrun forks
-//! the watchdog, in a session of its own (a kill of lockrun's process group spares it), which
-//! keeps only the read end of a pipe: every other descriptor is closed at once, so it never keeps
-//! the lock, a backend connection or the terminal. lockrun keeps the write end (close-on-exec, so
+//! children would run on beside the next holder. So before the command starts, lockrun forks the
+//! watchdog — while it waits for the lock, or for the server's answer, when it has to (see
+//! [`Standby`]: then the fork is not between the lock being won and the command starting), else
+//! just before the command — in a session of its own (a kill of lockrun's process group spares
+//! it). The watchdog keeps only the read end of a pipe, and a waiter's inotify instance (see
+//! [`leave_last_close`]): every other descriptor is closed at once, so it never keeps the lock, a
+//! backend connection or the terminal. lockrun keeps the write end (close-on-exec, so
 //! the command never has it) and writes to it what the watchdog must stop: the command's process
 //! group (which the command itself writes before exec, so that it is known however soon lockrun
 //! dies), each descendant lockrun saw leave that group, and, once a command that runs for a while
@@ -47,7 +50,7 @@
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 
 use nix::unistd::Pid;
 
@@ -88,7 +91,8 @@ struct Adoption {
 }
 
 impl Watchdog {
-    /// Forks the watchdog. Call before the command is spawned, after the lock is held.
+    /// Forks the watchdog. Call before the command is spawned: after the lock is held, or while
+    /// waiting for it (see [`Standby`]).
     pub fn start() -> io::Result<Watchdog> {
         let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
         let lockrun = std::process::id() as i32;
@@ -160,6 +164,58 @@ impl Watchdog {
     }
 }
 
+/// A watchdog forked while lockrun still waits for the lock, so that its fork (the largest part
+/// of what a command's start costs lockrun) is not made between the lock being won and the
+/// command starting, when every waiter behind waits for it too. Until the command starts it has
+/// nothing to stop: dropped unused (the wait ended without the lock), it is disarmed.
+#[derive(Default)]
+pub struct Standby {
+    watchdog: Option<Watchdog>,
+}
+
+impl Standby {
+    /// Forks the watchdog, unless one is ready. A fork the system refuses now is tried again when
+    /// the command starts, which says so if it fails then too.
+    pub fn prepare(&mut self) {
+        if self.watchdog.is_some() {
+            return;
+        }
+        match Watchdog::start() {
+            Ok(watchdog) => self.watchdog = Some(watchdog),
+            Err(e) => crate::debug!(
+                "cannot start the watchdog while waiting ({}); trying again at the start",
+                crate::messages::io(&e)
+            ),
+        }
+    }
+
+    /// The ready watchdog, if there is one, for the command about to start.
+    pub fn take(&mut self) -> Option<Watchdog> {
+        self.watchdog.take()
+    }
+}
+
+impl Drop for Standby {
+    fn drop(&mut self) {
+        if let Some(watchdog) = self.watchdog.take() {
+            watchdog.disarm();
+        }
+    }
+}
+
+/// A descriptor of lockrun's whose last close is slow, which lockrun never closes itself: the
+/// watchdog keeps the copy it inherits, so that the close happens when the watchdog exits, after
+/// lockrun (and whoever waits for lockrun) has gone on. -1 while there is none.
+static LEFT_TO_WATCHDOG: AtomicI32 = AtomicI32::new(-1);
+
+/// Leaves the last close of `fd` to the watchdog (see [`LEFT_TO_WATCHDOG`]): an inotify
+/// instance, whose close waits for the kernel to retire its watches (a grace period of 10-20 ms)
+/// and would hold lockrun's exit back by that much. lockrun must never close `fd`; only the
+/// first one left counts, and only a watchdog forked after this call keeps it.
+pub fn leave_last_close(fd: RawFd) {
+    let _ = LEFT_TO_WATCHDOG.compare_exchange(-1, fd, Ordering::AcqRel, Ordering::Acquire);
+}
+
 /// The watchdog's stack: `watch` and the sweep keep their buffers there (about 30 KiB).
 const WATCH_STACK: usize = 128 * 1024;
 
@@ -188,6 +244,8 @@ pub fn note_heap_and_stack() {
 struct WatchArgs {
     pipe: RawFd,
     lockrun: i32,
+    /// A descriptor the watchdog keeps open (see [`leave_last_close`]), or -1.
+    inherited: RawFd,
 }
 
 /// Forks the watchdog onto a stack of its own, with every signal blocked (it keeps them so:
@@ -203,8 +261,15 @@ fn fork_watch(pipe: RawFd, lockrun: i32) -> io::Result<Pid> {
         .cast::<u8>()
         .wrapping_sub(16)
         .cast::<WatchArgs>();
+    let inherited = LEFT_TO_WATCHDOG.load(Ordering::Acquire);
     // SAFETY: the stack's top slot, in the mapping just made.
-    unsafe { args_at.write(WatchArgs { pipe, lockrun }) };
+    unsafe {
+        args_at.write(WatchArgs {
+            pipe,
+            lockrun,
+            inherited,
+        })
+    };
     let blocked = block_all_signals()?;
     let uncopied = Uncopied::mark();
     // SAFETY: the child starts on its own copy of `stack`, reads `args` there, runs only `watch`
@@ -223,7 +288,7 @@ extern "C" fn watch_entry(arg: *mut libc::c_void) -> libc::c_int {
     // SAFETY: `fork_watch` put the arguments there, in this process's copy of the stack.
     let args = unsafe { *arg.cast::<WatchArgs>() };
     // SAFETY: a freshly forked child, on its own stack.
-    unsafe { watch(args.pipe, args.lockrun) }
+    unsafe { watch(args.pipe, args.lockrun, args.inherited) }
 }
 
 /// How far below its noted top the main thread's stack may reach (the usual `ulimit -s`): a fork
@@ -341,7 +406,7 @@ fn send_cgroup(pipe: &OwnedFd, dir: &std::path::Path) -> bool {
 /// # Safety
 /// Runs in a freshly forked child of a possibly multi-threaded process: it must only make
 /// async-signal-safe calls, allocate nothing, and never return.
-unsafe fn watch(pipe: RawFd, lockrun: i32) -> ! {
+unsafe fn watch(pipe: RawFd, lockrun: i32, inherited: RawFd) -> ! {
     // SAFETY (whole body): plain system calls on values owned by this stack frame.
     unsafe {
         // Every signal stays blocked, as `fork_watch` cloned it: a stray one (SIGTERM, SIGHUP,
@@ -350,7 +415,7 @@ unsafe fn watch(pipe: RawFd, lockrun: i32) -> ! {
         // A session of its own: a kill of lockrun's process group (a CI runner ending a job, a
         // shell's `kill -9 -PGID`) must not take the watchdog along with lockrun.
         libc::setsid();
-        close_all_but(pipe);
+        close_all_but([pipe, inherited]);
         let mut group: i32 = 0;
         let mut tree = Tree::new();
         // The cgroup's path, then room for `/cgroup.kill` and the terminating NUL.
@@ -465,31 +530,34 @@ unsafe fn read_exactly(pipe: RawFd, buffer: &mut [u8]) -> bool {
 ///
 /// # Safety
 /// Async-signal-safe; for the forked watchdog only.
-unsafe fn close_all_but(keep: RawFd) {
+unsafe fn close_all_but(keep: [RawFd; 2]) {
+    let mut keep = keep.map(|fd| libc::c_uint::try_from(fd).ok());
+    keep.sort_unstable();
     // SAFETY: close_range and close are plain system calls on descriptors of this process.
     unsafe {
-        let max = libc::c_uint::MAX;
-        let keep = keep as libc::c_uint;
-        let low = if keep > 0 {
-            libc::syscall(libc::SYS_close_range, 0 as libc::c_uint, keep - 1, 0)
-        } else {
-            0
-        };
-        let high = libc::syscall(libc::SYS_close_range, keep + 1, max, 0);
-        if low < 0 || high < 0 {
+        let mut failed = false;
+        let mut low: libc::c_uint = 0;
+        for fd in keep.into_iter().flatten() {
+            if fd > low {
+                failed |= libc::syscall(libc::SYS_close_range, low, fd - 1, 0) < 0;
+            }
+            low = low.max(fd + 1);
+        }
+        failed |= libc::syscall(libc::SYS_close_range, low, libc::c_uint::MAX, 0) < 0;
+        if failed {
             // Kernels before 5.9: close them one by one, up to the descriptor limit.
             let mut limit = libc::rlimit {
                 rlim_cur: 0,
                 rlim_max: 0,
             };
             let top = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 {
-                limit.rlim_cur.min(1 << 20) as libc::c_int
+                limit.rlim_cur.min(1 << 20) as libc::c_uint
             } else {
                 1024
             };
             for fd in 0..top {
-                if fd as libc::c_uint != keep {
-                    libc::close(fd);
+                if !keep.contains(&Some(fd)) {
+                    libc::close(fd as libc::c_int);
                 }
             }
         }

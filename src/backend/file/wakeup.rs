@@ -13,6 +13,7 @@
 
 use std::collections::HashSet;
 use std::io;
+use std::os::fd::{AsFd, AsRawFd};
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
@@ -22,13 +23,70 @@ use tokio::io::unix::AsyncFd;
 use super::probe::{Probes, Wanted};
 use crate::reactor::Pollable;
 
+/// Up to this many lock files (`--limit`) are watched one by one; more, through their directory.
+const MAX_SLOT_FILE_WATCHES: usize = 8;
+
+/// How the lock files are watched.
+enum SlotWatch {
+    /// The state directory: every file in it closed for writing is reported, by name.
+    Dir(WatchDescriptor),
+    /// Each lock file.
+    Files(Vec<WatchDescriptor>),
+}
+
+impl SlotWatch {
+    /// Whether an event from `watch` about `name` is a lock file closed for writing.
+    fn reports(
+        &self,
+        watch: WatchDescriptor,
+        name: Option<&std::ffi::OsStr>,
+        slot_names: &HashSet<String>,
+    ) -> bool {
+        match self {
+            SlotWatch::Dir(dir) => {
+                *dir == watch
+                    && name
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| slot_names.contains(n))
+            }
+            SlotWatch::Files(files) => files.contains(&watch),
+        }
+    }
+}
+
+/// Watches each of `names` in `dir` for being closed for writing; `None` (and no watch left)
+/// when one of them is missing.
+fn watch_each(
+    inotify: &Inotify,
+    dir: &Path,
+    names: &HashSet<String>,
+) -> io::Result<Option<Vec<WatchDescriptor>>> {
+    let mut watches = Vec::with_capacity(names.len());
+    for name in names {
+        let flags = AddWatchFlags::IN_CLOSE_WRITE | AddWatchFlags::IN_DONT_FOLLOW;
+        match inotify.add_watch(dir.join(name).as_path(), flags) {
+            Ok(watch) => watches.push(watch),
+            Err(e) => {
+                for watch in watches {
+                    let _ = inotify.rm_watch(watch);
+                }
+                return match e {
+                    Errno::ENOENT => Ok(None),
+                    e => Err(e.into()),
+                };
+            }
+        }
+    }
+    Ok(Some(watches))
+}
+
 /// One waiter's wake-up source.
 pub struct Wakeup {
     /// `None` while no inotify instance is to be had.
     inotify: Option<AsyncFd<Pollable<Inotify>>>,
     /// The state directory, once asked to watch it for lock files let go.
     slots_dir: Option<PathBuf>,
-    dir_watch: Option<WatchDescriptor>,
+    slot_watch: Option<SlotWatch>,
     slot_names: HashSet<String>,
     file_watches: Vec<WatchDescriptor>,
     /// What a lock file must be for this waiter's try: free (exclusive) or not held exclusively.
@@ -50,7 +108,7 @@ impl Wakeup {
         let mut wakeup = Wakeup {
             inotify: None,
             slots_dir: None,
-            dir_watch: None,
+            slot_watch: None,
             slot_names,
             file_watches: Vec::new(),
             slot_wanted,
@@ -78,6 +136,7 @@ impl Wakeup {
         }
         match Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC) {
             Ok(inotify) => {
+                crate::supervisor::leave_last_close(inotify.as_fd().as_raw_fd());
                 self.inotify = Some(crate::reactor::register(inotify)?);
                 Ok(true)
             }
@@ -97,7 +156,7 @@ impl Wakeup {
     /// before a try, so that a holder letting go right after the try still wakes this waiter.
     pub fn watch_slots(&mut self, dir: &Path) -> io::Result<()> {
         self.slots_dir = Some(dir.to_owned());
-        self.watch_dir()
+        self.watch_slot_files()
     }
 
     /// Without an inotify instance, after a try that found every lock file taken: a probe on
@@ -117,14 +176,26 @@ impl Wakeup {
         }
     }
 
-    fn watch_dir(&mut self) -> io::Result<()> {
-        if let (Some(inotify), Some(dir), None) = (&self.inotify, &self.slots_dir, self.dir_watch) {
-            let watch = inotify
-                .get_ref()
-                .inner()
-                .add_watch(dir.as_path(), AddWatchFlags::IN_CLOSE_WRITE)?;
-            self.dir_watch = Some(watch);
-        }
+    /// Watches the lock files for a holder letting go, once asked to and an inotify instance is
+    /// there: each file itself when there are few, so that the other files of the state directory
+    /// (the ticket counter every joiner writes, the token files) wake nobody; else, or when one
+    /// is missing, the directory.
+    fn watch_slot_files(&mut self) -> io::Result<()> {
+        let (Some(inotify), Some(dir), None) = (&self.inotify, &self.slots_dir, &self.slot_watch)
+        else {
+            return Ok(());
+        };
+        let inotify = inotify.get_ref().inner();
+        let each = match self.slot_names.len() <= MAX_SLOT_FILE_WATCHES {
+            true => watch_each(inotify, dir, &self.slot_names)?,
+            false => None,
+        };
+        self.slot_watch = Some(match each {
+            Some(watches) => SlotWatch::Files(watches),
+            None => {
+                SlotWatch::Dir(inotify.add_watch(dir.as_path(), AddWatchFlags::IN_CLOSE_WRITE)?)
+            }
+        });
         Ok(())
     }
 
@@ -136,7 +207,7 @@ impl Wakeup {
         if !self.try_inotify()? {
             return self.probe_files(files);
         }
-        self.watch_dir()?;
+        self.watch_slot_files()?;
         let Some(inotify) = &self.inotify else {
             return Ok(true);
         };
@@ -188,12 +259,9 @@ impl Wakeup {
                     let relevant = events.iter().any(|event| {
                         event.mask.contains(AddWatchFlags::IN_Q_OVERFLOW)
                             || self.file_watches.contains(&event.wd)
-                            || (Some(event.wd) == self.dir_watch
-                                && event
-                                    .name
-                                    .as_ref()
-                                    .and_then(|n| n.to_str())
-                                    .is_some_and(|n| self.slot_names.contains(n)))
+                            || self.slot_watch.as_ref().is_some_and(|watch| {
+                                watch.reports(event.wd, event.name.as_deref(), &self.slot_names)
+                            })
                     });
                     if relevant {
                         return Ok(());
@@ -205,15 +273,32 @@ impl Wakeup {
         }
     }
 
-    /// Ends the wait. The inotify instance is left open until the process exits: closing one
-    /// makes the kernel wait for a grace period (measured here at 10-20 ms, with kernel work that
-    /// slowed the command's start even when the close ran on another thread). At exit the lease
-    /// has already been released, so the next holder does not wait for it.
-    pub fn finish(self) {
+    /// Ends the wait (as dropping it does).
+    pub fn finish(self) {}
+}
+
+/// The inotify instance is left open until the process exits: closing one makes the kernel wait
+/// for a grace period (measured here at 10-20 ms, with kernel work that slowed the command's start
+/// even when the close ran on another thread). Its last close is left to the watchdog (see
+/// `supervisor::leave_last_close`), so that lockrun's own exit does not wait either: the number
+/// must then never be freed for another file to take.
+impl Drop for Wakeup {
+    fn drop(&mut self) {
+        let Some(inotify) = self.inotify.take() else {
+            return;
+        };
         // Deregistered from the reactor, then deliberately not closed.
-        if let Some(inotify) = self.inotify {
-            std::mem::forget(inotify.into_inner());
+        let inotify = inotify.into_inner();
+        // Nothing more to report: the kernel retires the watches now, while the command runs.
+        let slot_watches = match self.slot_watch.take() {
+            Some(SlotWatch::Dir(watch)) => vec![watch],
+            Some(SlotWatch::Files(watches)) => watches,
+            None => Vec::new(),
+        };
+        for watch in self.file_watches.drain(..).chain(slot_watches) {
+            let _ = inotify.inner().rm_watch(watch);
         }
+        std::mem::forget(inotify);
     }
 }
 
@@ -228,7 +313,7 @@ mod tests {
         Wakeup {
             inotify: None,
             slots_dir: None,
-            dir_watch: None,
+            slot_watch: None,
             slot_names: slot_names.iter().map(|s| s.to_string()).collect(),
             file_watches: Vec::new(),
             slot_wanted,
