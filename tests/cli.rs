@@ -326,7 +326,7 @@ fn usage_errors_point_at_what_was_meant() {
         (&["release"][..], "as in lockrun release NAME --force"),
         (
             &["--name", "x", "--shared", "--limit", "2", "--", "true"][..],
-            "--shared cannot be used with --limit",
+            "--shared cannot be used with --limit (shared holders are not counted against a limit)",
         ),
         // A cap of one that shared holders, who are not counted, would not keep.
         (
@@ -344,6 +344,11 @@ fn usage_errors_point_at_what_was_meant() {
         (
             &["--name", "x", "--note", "--", "true"][..],
             "missing value for --note",
+        ),
+        // A cluster of short flags whose last one takes a value.
+        (
+            &["--name", "x", "-nw", "--", "make"][..],
+            "missing value for -w (in -nw): give it before the --, as in -w DURATION",
         ),
         (
             &["--name", "x", "--token-env", "LOCKRUN_TTL_MS", "--", "true"][..],

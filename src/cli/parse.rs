@@ -122,23 +122,12 @@ fn no_value_taken_from_the_separator(args: &[OsString]) -> Result<(), Error> {
         return Ok(());
     }
     let command = Cli::command();
-    let takes_value = |word: &str| {
-        command.get_arguments().find(|arg| {
-            arg.get_action().takes_values()
-                && (arg
-                    .get_long()
-                    .is_some_and(|long| word == format!("--{long}"))
-                    || arg
-                        .get_short()
-                        .is_some_and(|short| word == format!("-{short}")))
-        })
-    };
     let mut words = args.iter().skip(1).map(|word| word.to_str().unwrap_or(""));
     while let Some(word) = words.next() {
         if word == "--" || !word.starts_with('-') {
             return Ok(());
         }
-        let Some(arg) = takes_value(word) else {
+        let Some((flag, arg)) = wants_next_word(&command, word) else {
             continue;
         };
         if words.next() == Some("--") {
@@ -146,12 +135,48 @@ fn no_value_taken_from_the_separator(args: &[OsString]) -> Result<(), Error> {
                 .get_value_names()
                 .and_then(|names| names.first())
                 .map_or_else(|| "VALUE".to_owned(), ToString::to_string);
+            let within = match flag == word {
+                true => String::new(),
+                false => format!(" (in {word})"),
+            };
             return Err(Error::usage(format!(
-                "missing value for {word}: give it before the --, as in {word} {value}"
+                "missing value for {flag}{within}: give it before the --, as in {flag} {value}"
             )));
         }
     }
     Ok(())
+}
+
+/// The option whose value is the word after `word`, if there is one: `--wait`, `-w`, or a
+/// cluster of short flags that ends with one taking a value (`-nw`; in `-wnq` the value is `nq`).
+fn wants_next_word<'c>(command: &'c clap::Command, word: &str) -> Option<(String, &'c clap::Arg)> {
+    let takes_values = |arg: &&clap::Arg| arg.get_action().takes_values();
+    if let Some(long) = word.strip_prefix("--") {
+        let arg = command
+            .get_arguments()
+            .filter(takes_values)
+            .find(|arg| arg.get_long() == Some(long))?;
+        return Some((word.to_owned(), arg));
+    }
+    let shorts = word.strip_prefix('-')?;
+    for (at, short) in shorts.char_indices() {
+        let arg = command
+            .get_arguments()
+            .find(|arg| arg.get_short() == Some(short))?;
+        if takes_values(&arg) {
+            let last = at + short.len_utf8() == shorts.len();
+            return last.then(|| (format!("-{short}"), arg));
+        }
+    }
+    None
+}
+
+/// Why two options exclude each other, where the message alone does not say.
+fn why_exclusive(flag: &str) -> &'static str {
+    match flag {
+        "--shared" => " (shared holders are not counted against a limit)",
+        _ => "",
+    }
 }
 
 /// Options that exclude each other may come one from the environment (a crontab's
@@ -168,7 +193,8 @@ fn settle_overrides(cli: &mut Cli, matches: &ArgMatches) -> Result<(), Error> {
             (false, true) => a_clear(cli),
             _ => {
                 return Err(Error::usage(format!(
-                    "{a_flag} cannot be used with {b_flag}"
+                    "{a_flag} cannot be used with {b_flag}{}",
+                    why_exclusive(a_flag)
                 )));
             }
         }
