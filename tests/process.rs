@@ -802,15 +802,7 @@ fn a_watchdog_forked_while_waiting_takes_the_command_tree_when_lockrun_dies() {
     let script = "sleep 60 & echo $! > background.pid; echo $$ > command.pid; wait";
     let mut run = env.waiter("early", &[], script);
     env.wait_waiters("early", 1);
-    let mut watchdog = None;
-    assert!(
-        wait_until(SOON, || {
-            watchdog = watchdog_of(run.pid());
-            watchdog.is_some()
-        }),
-        "no watchdog under the waiting lockrun"
-    );
-    let watchdog = watchdog.unwrap();
+    let watchdog = watchdog_under(run.pid());
     let state = std::fs::canonicalize(env.state()).unwrap();
     let mut inotify = false;
     for fd in std::fs::read_dir(format!("/proc/{watchdog}/fd")).unwrap() {
@@ -854,15 +846,8 @@ fn a_waiters_watchdog_goes_with_the_wait_and_touches_nothing() {
     let mut given_up = env.spawn(["--name", "stand", "--wait", "1s", "--", "true"]);
     let killed = env.waiter("stand", &[], "true");
     env.wait_waiters("stand", 2);
-    let mut watchdogs = (None, None);
-    assert!(
-        wait_until(SOON, || {
-            watchdogs = (watchdog_of(given_up.pid()), watchdog_of(killed.pid()));
-            watchdogs.0.is_some() && watchdogs.1.is_some()
-        }),
-        "no watchdog under a waiting lockrun"
-    );
-    let (given_up_watchdog, killed_watchdog) = (watchdogs.0.unwrap(), watchdogs.1.unwrap());
+    let (given_up_watchdog, killed_watchdog) =
+        (watchdog_under(given_up.pid()), watchdog_under(killed.pid()));
     killed.signal(Signal::SIGKILL);
     assert_gone_within(
         Duration::from_secs(2),
@@ -890,6 +875,17 @@ fn watchdog_of(lockrun: i32) -> Option<i32> {
     })
 }
 
+/// The watchdog under `lockrun`, once there is one; fails the test if none comes.
+fn watchdog_under(lockrun: i32) -> i32 {
+    let mut watchdog = None;
+    let found = wait_until(SOON, || {
+        watchdog = watchdog_of(lockrun);
+        watchdog.is_some()
+    });
+    assert!(found, "no watchdog under lockrun (pid {lockrun})");
+    watchdog.unwrap()
+}
+
 /// Guards the watchdog against stray signals (invariant 8): it keeps every signal blocked, so
 /// signals whose default is to end or stop a process (which a forked watchdog that only ignored a
 /// list of them died of: SIGALRM, SIGXCPU, SIGPROF) leave it watching, and a SIGKILL of lockrun
@@ -907,15 +903,7 @@ fn stray_signals_leave_the_watchdog_watching() {
     ]);
     let command = number_in(&env.path("command.pid")) as i32;
     let guard = scopeguard(command);
-    let mut watchdog = None;
-    assert!(
-        wait_until(SOON, || {
-            watchdog = watchdog_of(run.pid());
-            watchdog.is_some()
-        }),
-        "no watchdog under lockrun"
-    );
-    let watchdog = Pid::from_raw(watchdog.unwrap());
+    let watchdog = Pid::from_raw(watchdog_under(run.pid()));
     for signal in [
         Signal::SIGALRM,
         Signal::SIGXCPU,
