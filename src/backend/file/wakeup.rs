@@ -55,29 +55,27 @@ impl SlotWatch {
 }
 
 /// Watches each of `names` in `dir` for being closed for writing; `None` (and no watch left)
-/// when one of them is missing.
+/// when one cannot be watched (missing, or the user's watches used up): the directory's one
+/// watch does instead.
 fn watch_each(
     inotify: &Inotify,
     dir: &Path,
     names: &HashSet<String>,
-) -> io::Result<Option<Vec<WatchDescriptor>>> {
+) -> Option<Vec<WatchDescriptor>> {
     let mut watches = Vec::with_capacity(names.len());
     for name in names {
         let flags = AddWatchFlags::IN_CLOSE_WRITE | AddWatchFlags::IN_DONT_FOLLOW;
         match inotify.add_watch(dir.join(name).as_path(), flags) {
             Ok(watch) => watches.push(watch),
-            Err(e) => {
+            Err(_) => {
                 for watch in watches {
                     let _ = inotify.rm_watch(watch);
                 }
-                return match e {
-                    Errno::ENOENT => Ok(None),
-                    e => Err(e.into()),
-                };
+                return None;
             }
         }
     }
-    Ok(Some(watches))
+    Some(watches)
 }
 
 /// One waiter's wake-up source.
@@ -187,7 +185,7 @@ impl Wakeup {
         };
         let inotify = inotify.get_ref().inner();
         let each = match self.slot_names.len() <= MAX_SLOT_FILE_WATCHES {
-            true => watch_each(inotify, dir, &self.slot_names)?,
+            true => watch_each(inotify, dir, &self.slot_names),
             false => None,
         };
         self.slot_watch = Some(match each {
