@@ -440,6 +440,11 @@ unsafe fn watch(pipe: RawFd, lockrun: i32, inherited: RawFd) -> ! {
                 _ => {}
             }
         }
+        // lockrun died while it waited (a watchdog forked while waiting): no command was ever
+        // started, so there is nothing to look for.
+        if group == 0 && tree.pids().is_empty() && cgroup_len == 0 {
+            libc::_exit(0);
+        }
         // lockrun is dying without having disarmed. Its children are handed to a new parent only
         // after its descriptors close; until then the command's group is not yet orphaned, and
         // stopping it now would have the kernel hang up the whole group (SIGHUP) the moment it
