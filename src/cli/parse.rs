@@ -56,58 +56,48 @@ fn forget_empty_variables() {
     }
 }
 
-/// One of two options that exclude each other: its clap id, its flag, whether it is set, and how
-/// to unset it.
-type Exclusive = (&'static str, &'static str, fn(&Cli) -> bool, fn(&mut Cli));
+/// One of two options that exclude each other: its flag (whose clap id is the flag's name with
+/// `_` for `-`: `--no-wait` is `no_wait`), whether it is set, and how to unset it.
+type Exclusive = (&'static str, fn(&Cli) -> bool, fn(&mut Cli));
 
-const EXCLUSIVE: [(Exclusive, Exclusive); 4] = [
-    (
-        (
-            "wait",
-            "--wait",
-            |c| c.run.wait.is_some(),
-            |c| c.run.wait = None,
-        ),
-        (
-            "no_wait",
-            "--no-wait",
-            |c| c.run.no_wait,
-            |c| c.run.no_wait = false,
-        ),
-    ),
-    (
-        (
-            "backend",
-            "--backend",
-            |c| c.backend.is_some(),
-            |c| c.backend = None,
-        ),
-        (
-            "backend_file",
+/// Two options that exclude each other, and why, where the flags alone do not say.
+struct Exclusion {
+    a: Exclusive,
+    b: Exclusive,
+    why: &'static str,
+}
+
+const EXCLUSIONS: [Exclusion; 4] = [
+    Exclusion {
+        a: ("--wait", |c| c.run.wait.is_some(), |c| c.run.wait = None),
+        b: ("--no-wait", |c| c.run.no_wait, |c| c.run.no_wait = false),
+        why: "",
+    },
+    Exclusion {
+        a: ("--backend", |c| c.backend.is_some(), |c| c.backend = None),
+        b: (
             "--backend-file",
             |c| c.backend_file.is_some(),
             |c| c.backend_file = None,
         ),
-    ),
-    (
-        (
-            "shared",
-            "--shared",
-            |c| c.run.shared,
-            |c| c.run.shared = false,
-        ),
-        (
-            "limit",
-            "--limit",
-            |c| c.run.limit.is_some(),
-            |c| c.run.limit = None,
-        ),
-    ),
-    (
-        ("quiet", "--quiet", |c| c.quiet, |c| c.quiet = false),
-        ("verbose", "--verbose", |c| c.verbose > 0, |c| c.verbose = 0),
-    ),
+        why: "",
+    },
+    Exclusion {
+        a: ("--shared", |c| c.run.shared, |c| c.run.shared = false),
+        b: ("--limit", |c| c.run.limit.is_some(), |c| c.run.limit = None),
+        why: " (shared holders are not counted against a limit)",
+    },
+    Exclusion {
+        a: ("--quiet", |c| c.quiet, |c| c.quiet = false),
+        b: ("--verbose", |c| c.verbose > 0, |c| c.verbose = 0),
+        why: "",
+    },
 ];
+
+/// The clap id of `flag`.
+fn id_of(flag: &str) -> String {
+    flag.trim_start_matches('-').replace('-', "_")
+}
 
 /// An option that takes a value, given last before `--` without one (`--wait -- make`): clap
 /// would take the `--` as the value (options whose values may start with `-` take it) or report
@@ -171,30 +161,22 @@ fn wants_next_word<'c>(command: &'c clap::Command, word: &str) -> Option<(String
     None
 }
 
-/// Why two options exclude each other, where the message alone does not say.
-fn why_exclusive(flag: &str) -> &'static str {
-    match flag {
-        "--shared" => " (shared holders are not counted against a limit)",
-        _ => "",
-    }
-}
-
 /// Options that exclude each other may come one from the environment (a crontab's
 /// `LOCKRUN_NO_WAIT=1`) and one from the command line (`--wait 5m` on one line): the command line
 /// wins. Both from the same place is a usage error.
 fn settle_overrides(cli: &mut Cli, matches: &ArgMatches) -> Result<(), Error> {
-    let typed = |id: &str| matches.value_source(id) == Some(ValueSource::CommandLine);
-    for ((a_id, a_flag, a_set, a_clear), (b_id, b_flag, b_set, b_clear)) in EXCLUSIVE {
+    let typed = |flag: &str| matches.value_source(&id_of(flag)) == Some(ValueSource::CommandLine);
+    for Exclusion { a, b, why } in EXCLUSIONS {
+        let ((a_flag, a_set, a_clear), (b_flag, b_set, b_clear)) = (a, b);
         if !(a_set(cli) && b_set(cli)) {
             continue;
         }
-        match (typed(a_id), typed(b_id)) {
+        match (typed(a_flag), typed(b_flag)) {
             (true, false) => b_clear(cli),
             (false, true) => a_clear(cli),
             _ => {
                 return Err(Error::usage(format!(
-                    "{a_flag} cannot be used with {b_flag}{}",
-                    why_exclusive(a_flag)
+                    "{a_flag} cannot be used with {b_flag}{why}"
                 )));
             }
         }
@@ -311,4 +293,28 @@ fn one_line(rendered: &str) -> String {
         .collect();
     let text = body.join(" ");
     text.strip_prefix("error: ").unwrap_or(&text).to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each flag of [`EXCLUSIONS`] names an argument whose clap id [`id_of`] derives: a wrong one
+    /// would make the command line never win over the environment.
+    #[test]
+    fn every_exclusive_flag_is_an_argument_of_that_id() {
+        let command = Cli::command();
+        for Exclusion { a, b, .. } in EXCLUSIONS {
+            for (flag, _, _) in [a, b] {
+                let arg = command
+                    .get_arguments()
+                    .find(|arg| arg.get_id() == id_of(flag).as_str())
+                    .unwrap_or_else(|| panic!("no argument with the id of {flag}"));
+                assert_eq!(
+                    arg.get_long().map(|long| format!("--{long}")),
+                    Some(flag.into())
+                );
+            }
+        }
+    }
 }
