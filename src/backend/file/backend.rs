@@ -316,7 +316,6 @@ impl FileBackend {
                 () = cancel.as_mut() => break Acquired::Cancelled,
             }
         };
-        wakeup.finish();
         Ok(outcome)
     }
 }

@@ -270,9 +270,6 @@ impl Wakeup {
             }
         }
     }
-
-    /// Ends the wait (as dropping it does).
-    pub fn finish(self) {}
 }
 
 /// The inotify instance is left open until the process exits: closing one makes the kernel wait
