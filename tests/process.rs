@@ -487,14 +487,34 @@ fn a_killed_lockrun_takes_setuid_commands_and_escapees_with_it() {
 #[test]
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 fn a_lockrun_whose_watchdog_cannot_start_still_takes_the_command_with_it() {
+    refused_watchdog(false);
+}
+
+/// The same for a lockrun that waited: the fork refused while it waits in line is tried again
+/// when the command starts, and the warning comes once.
+#[test]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+fn a_waiter_whose_watchdog_cannot_start_still_takes_the_command_with_it() {
+    refused_watchdog(true);
+}
+
+/// A lockrun under `refuse_forks` runs a command, after waiting behind a holder if `waits`;
+/// then it is SIGKILLed, and the command must go with it.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+fn refused_watchdog(waits: bool) {
     use std::os::unix::process::CommandExt;
     let env = Scene::file();
+    let mut holder = waits.then(|| env.hold("nw", "h", &[]));
     // The command must not fork either, under the same filter: `echo` is built in, `exec` replaces.
     let script = "echo $$ > command.pid; exec sleep 30";
-    let mut cmd = env.cmd(["--name", "nw", "--", "sh", "-c", script]);
+    let mut cmd = env.cmd(["--name", "nw", "--wait", "60s", "--", "sh", "-c", script]);
     // SAFETY: only async-signal-safe system calls between fork and exec.
     unsafe { cmd.pre_exec(refuse_forks) };
     let mut run = Proc::spawn(&mut cmd);
+    if let Some(holder) = &mut holder {
+        env.wait_waiters("nw", 1);
+        assert_eq!(code(&holder.finish()), 0);
+    }
     let command = number_in(&env.path("command.pid")) as i32;
     let _guard = scopeguard(command);
     assert!(
@@ -503,6 +523,12 @@ fn a_lockrun_whose_watchdog_cannot_start_still_takes_the_command_with_it() {
             .contains("cannot start the watchdog")),
         "the refused watchdog went unsaid: {}",
         run.stderr_so_far()
+    );
+    let said = run.stderr_so_far();
+    assert_eq!(
+        said.matches("cannot start the watchdog").count(),
+        1,
+        "{said}"
     );
     assert!(alive(command));
     run.signal(Signal::SIGKILL);
