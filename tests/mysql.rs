@@ -444,3 +444,48 @@ fn a_waiter_of_another_user_gets_its_turn_without_being_woken() {
     assert_eq!(code(&out), 0, "{}", text(&out.stderr));
     assert!(s.path("bob-ran").exists());
 }
+
+/// Guards the look `--progress` makes beside a waiter whose only connection sleeps in a
+/// statement: when the server refuses that extra session (this user may hold one), the line is
+/// skipped and nothing else changes — the waiter still runs once the holder lets go.
+#[test]
+fn a_progress_look_the_server_refuses_skips_its_line_and_the_wait_goes_on() {
+    let server = MySqlServer::start();
+    server.sql(&format!(
+        "CREATE USER 'solo'@'%' IDENTIFIED BY 'pw-solo' WITH MAX_USER_CONNECTIONS 1; \
+         GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, CREATE ROUTINE, EXECUTE \
+         ON {DATABASE}.* TO 'solo'@'%'"
+    ));
+    let s = Scene::new(server.url());
+    let mut holder = s.hold("aside", "h", &["--ttl", "3s"]);
+    let solo = format!(
+        "mysql://solo:pw-solo@127.0.0.1:{}/{DATABASE}",
+        server.port()
+    );
+    let mut waiter = Proc::spawn(&mut s.cmd_via(
+        &solo,
+        [
+            "-vv",
+            "--name",
+            "aside",
+            "--progress",
+            "300ms",
+            "--wait",
+            "20s",
+            "--",
+            "touch",
+            "solo-ran",
+        ],
+    ));
+    assert!(
+        wait_until(SOON, || waiter
+            .stderr_so_far()
+            .contains("cannot read who holds aside")),
+        "no look was refused:\n{}",
+        waiter.stderr_so_far()
+    );
+    assert_eq!(code(&holder.finish()), 0);
+    let out = waiter.wait(SOON);
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    assert!(s.path("solo-ran").exists());
+}
