@@ -41,10 +41,6 @@ impl Keys {
         }
     }
 
-    pub fn meta(&self) -> String {
-        format!("{}meta", self.base)
-    }
-
     pub fn slot(&self, slot: u32) -> String {
         format!("{}slot:{slot}", self.base)
     }
@@ -52,34 +48,6 @@ impl Keys {
     /// Slots `0..limit`, in order.
     pub fn slots(&self, limit: u32) -> Vec<String> {
         (0..limit).map(|k| self.slot(k)).collect()
-    }
-
-    pub fn queue(&self) -> String {
-        format!("{}queue", self.base)
-    }
-
-    pub fn beats(&self) -> String {
-        format!("{}beats", self.base)
-    }
-
-    pub fn xqueue(&self) -> String {
-        format!("{}xqueue", self.base)
-    }
-
-    pub fn squeue(&self) -> String {
-        format!("{}squeue", self.base)
-    }
-
-    pub fn qinfo(&self) -> String {
-        format!("{}qinfo", self.base)
-    }
-
-    pub fn readers(&self) -> String {
-        format!("{}readers", self.base)
-    }
-
-    pub fn rinfo(&self) -> String {
-        format!("{}rinfo", self.base)
     }
 
     /// The prefix of every waiter's wake-up channel; `wake:ID` is waiter ID's.
@@ -97,6 +65,20 @@ impl Keys {
         format!("{}revoke:", self.base)
     }
 }
+
+/// One method per key of a name that is the same for every holder and waiter:
+/// `keys.queue()` is `lockrun:{NAME}:queue`.
+macro_rules! fixed_keys {
+    ($($key:ident),+) => {
+        impl Keys {
+            $(pub fn $key(&self) -> String {
+                format!("{}{}", self.base, stringify!($key))
+            })+
+        }
+    };
+}
+
+fixed_keys!(meta, queue, beats, xqueue, squeue, qinfo, readers, rinfo);
 
 /// The keys of a name that every script touching its whole line takes first, in the scripts'
 /// order (on a Redis server and on each redlock master alike).
