@@ -324,6 +324,7 @@ async fn run_command(
             return Err(e);
         }
     };
+    lease.started();
     crate::debug!("started the command as pid {}", child.pid());
     match supervisor::supervise(lease, timing, config.timeout, &mut child, signals).await? {
         Outcome::Exited(code) => Ok(code),

@@ -244,6 +244,11 @@ pub trait Lease: Send + Sync {
     /// What was granted.
     fn grant(&self) -> Grant;
 
+    /// The command has started. A backend may finish here what its acquisition left for later,
+    /// so that it does not stand between the lock and the command (the file backend leaves the
+    /// line and retires its wake-up watches).
+    fn started(&self) {}
+
     /// Extends the lease, only if this run still owns it.
     async fn renew(&self) -> Result<Renewal, RenewError>;
 

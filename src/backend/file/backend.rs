@@ -47,6 +47,41 @@ pub struct FileBackend {
     pub(super) dir: Arc<StateDir>,
 }
 
+/// What a try for the lock came to, a lease still as this backend's own (so that a waiter can
+/// hand it what to leave for after the command's start).
+enum Took {
+    Held(FileLease),
+    Not(Acquired),
+}
+
+impl From<Took> for Acquired {
+    fn from(took: Took) -> Acquired {
+        match took {
+            Took::Held(lease) => Acquired::Held(Box::new(lease)),
+            Took::Not(acquired) => acquired,
+        }
+    }
+}
+
+/// A waiter's place in line and its wake-up watches, once it holds the lock: left, and retired,
+/// only after its command has started (see [`FileLease::keep_until_started`]). Leaving unlinks
+/// the ticket, which wakes the waiter behind, and retiring watches queues kernel work; either,
+/// done before the start, could hand the CPU to another process between the lock and the command.
+struct Leftovers {
+    line: Line,
+    place: Option<Place>,
+    _wakeup: Wakeup,
+}
+
+impl Drop for Leftovers {
+    /// The ticket goes first, then the watches (the fields, after this).
+    fn drop(&mut self) {
+        if let Some(place) = self.place.take() {
+            self.line.leave(place);
+        }
+    }
+}
+
 impl FileBackend {
     /// Opens (creating if needed) the state directory at `path`.
     pub fn open(path: &Path) -> Result<Self, BackendError> {
@@ -70,7 +105,7 @@ impl FileBackend {
         &self,
         request: &AcquireRequest,
         cancel: &mut Cancel<'_>,
-    ) -> io::Result<Acquired> {
+    ) -> io::Result<Took> {
         let sent_at = BootInstant::now();
         let slots = match request.mode {
             Mode::Exclusive => request.limit,
@@ -88,15 +123,13 @@ impl FileBackend {
                     let held = self
                         .hold(request, slot, name, file, sent_at, cancel)
                         .await?;
-                    return Ok(
-                        held.map_or(Acquired::Cancelled, |lease| Acquired::Held(Box::new(lease)))
-                    );
+                    return Ok(held.map_or(Took::Not(Acquired::Cancelled), Took::Held));
                 }
                 Err(TryLockError::WouldBlock) => continue,
                 Err(TryLockError::Error(e)) => return Err(self.dir.named(&name, e)),
             }
         }
-        Ok(Acquired::Busy)
+        Ok(Took::Not(Acquired::Busy))
     }
 
     /// Issues the token and records the holder on a lock this process has just taken; `None` if
@@ -168,11 +201,29 @@ impl FileBackend {
             Ok(place) => Some(place),
             Err(ended) => return Ok(ended),
         };
-        let outcome = self.take_turn(request, &line, &mut place, cancel).await;
-        if let Some(place) = place {
-            line.leave(place);
+        let slot_names: HashSet<String> = (0..request.limit)
+            .map(|k| paths::slot_file(&request.name, k))
+            .collect();
+        let slot_wanted = match request.mode {
+            Mode::Exclusive => Wanted::Free,
+            Mode::Shared => Wanted::NotExclusive,
+        };
+        let mut wakeup = Wakeup::new(slot_names, slot_wanted)?;
+        let took = self
+            .take_turn(request, &line, &mut place, &mut wakeup, cancel)
+            .await;
+        let leftovers = Leftovers {
+            line,
+            place,
+            _wakeup: wakeup,
+        };
+        match took? {
+            Took::Held(mut lease) => {
+                lease.keep_until_started(Box::new(leftovers));
+                Ok(Acquired::Held(Box::new(lease)))
+            }
+            Took::Not(acquired) => Ok(acquired),
         }
-        outcome
     }
 
     /// Joins `line`, trying again every [`JOIN_RETRY`] while another process holds the ticket
@@ -233,16 +284,9 @@ impl FileBackend {
         request: &AcquireRequest,
         line: &Line,
         slot: &mut Option<Place>,
+        wakeup: &mut Wakeup,
         cancel: &mut Cancel<'_>,
-    ) -> io::Result<Acquired> {
-        let slot_names: HashSet<String> = (0..request.limit)
-            .map(|k| paths::slot_file(&request.name, k))
-            .collect();
-        let slot_wanted = match request.mode {
-            Mode::Exclusive => Wanted::Free,
-            Mode::Shared => Wanted::NotExclusive,
-        };
-        let mut wakeup = Wakeup::new(slot_names, slot_wanted)?;
+    ) -> io::Result<Took> {
         let mut timer = BootTimer::new()?;
         let mut retries = RETRIES;
         let outcome = loop {
@@ -255,7 +299,7 @@ impl FileBackend {
                 line.leave(place);
                 place = match self.join_patiently(request, line, cancel).await? {
                     Ok(place) => place,
-                    Err(ended) => break ended,
+                    Err(ended) => break Took::Not(ended),
                 };
             }
             place.beat()?;
@@ -267,12 +311,12 @@ impl FileBackend {
             let pause = match line.look(place, request.limit)? {
                 Verdict::Superseded(newer) => {
                     let by = line.waiter(&newer).unwrap_or_else(HolderInfo::unknown);
-                    break Acquired::Superseded(by);
+                    break Took::Not(Acquired::Superseded(by));
                 }
                 Verdict::Turn => {
                     wakeup.watch_slots(self.dir.path())?;
                     match self.try_take(request, cancel).await? {
-                        Acquired::Busy => {}
+                        Took::Not(Acquired::Busy) => {}
                         taken => break taken,
                     }
                     wakeup.probe_slots();
@@ -290,7 +334,7 @@ impl FileBackend {
             };
             let at_front = watched.is_empty();
             if request.expired() {
-                break Acquired::Busy;
+                break Took::Not(Acquired::Busy);
             }
             if !wakeup.watch_files(&watched, own)? {
                 continue;
@@ -313,7 +357,7 @@ impl FileBackend {
                     retries = if at_front { 0 } else { RETRIES };
                 }
                 slept = timer.sleep_until(Some(wake_at)) => slept?,
-                () = cancel.as_mut() => break Acquired::Cancelled,
+                () = cancel.as_mut() => break Took::Not(Acquired::Cancelled),
             }
         };
         Ok(outcome)
@@ -339,8 +383,8 @@ impl Backend for FileBackend {
             // Nobody in line: try at once, as an uncontended lock should cost nothing more.
             if Line::is_empty(&self.dir, &request.name)? {
                 match self.try_take(request, &mut cancel).await? {
-                    Acquired::Busy => {}
-                    taken => return Ok(taken),
+                    Took::Not(Acquired::Busy) => {}
+                    taken => return Ok(taken.into()),
                 }
             }
             self.wait_in_line(request, &mut cancel).await

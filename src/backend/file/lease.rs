@@ -12,7 +12,7 @@
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -95,6 +95,9 @@ pub struct FileLease {
     id: FileId,
     record: RecordFile,
     grant: Grant,
+    /// What the acquisition left to be dropped once the command has started (a waiter's place in
+    /// line and wake-up watches), or at the release if it never starts.
+    later: Mutex<Option<Box<dyn Send>>>,
 }
 
 /// Where a new holder's record is to go.
@@ -140,7 +143,14 @@ impl FileLease {
             id,
             record,
             grant,
+            later: Mutex::new(None),
         })
+    }
+
+    /// Keeps `what` until the command has started (see [`Lease::started`]), or until the release
+    /// if it never starts.
+    pub fn keep_until_started(&mut self, what: Box<dyn Send>) {
+        *self.later.get_mut().unwrap_or_else(PoisonError::into_inner) = Some(what);
     }
 
     fn failed(&self, e: &io::Error) -> BackendError {
@@ -172,6 +182,15 @@ impl Lease for FileLease {
         self.grant
     }
 
+    fn started(&self) {
+        let later = self
+            .later
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        drop(later);
+    }
+
     /// The kernel keeps the lock while this process lives, so there is nothing to extend; what can
     /// go wrong is the lock file being removed or replaced, after which another process can lock a
     /// new file of the same name. That is a lost lease.
@@ -186,8 +205,8 @@ impl Lease for FileLease {
         }
     }
 
-    /// Blanks the record, lets go of the lock, then closes the read-write descriptor, which wakes
-    /// the waiters.
+    /// Drops what waited for the command's start, blanks the record, lets go of the lock, then
+    /// closes the read-write descriptor, which wakes the waiters.
     async fn release(self: Box<Self>) -> Result<(), BackendError> {
         let FileLease {
             lock,
@@ -195,8 +214,10 @@ impl Lease for FileLease {
             record,
             lock_name,
             dir,
+            later,
             ..
         } = *self;
+        drop(later);
         let cleared = match record {
             RecordFile::InLockFile(len) => blank(&bell, len),
             RecordFile::Own { dir, name, file } => {
