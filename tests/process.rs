@@ -893,6 +893,30 @@ fn a_waiters_watchdog_goes_with_the_wait_and_touches_nothing() {
     assert_eq!(code(&holder.finish()), 0);
 }
 
+/// The watchdog is batch-scheduled: woken by a message (the command's group, written just before
+/// its exec; the disarm right after a release), it never preempts the process that wrote it, so
+/// its run never stands between the lock and the command, or the next holder.
+#[test]
+fn the_watchdog_never_preempts_the_process_that_wakes_it() {
+    const SCHED_BATCH: u32 = 3;
+    let env = Scene::file();
+    let mut run = env.spawn(["--name", "batch", "--", "sleep", "60"]);
+    let watchdog = watchdog_under(run.pid());
+    // Field 41 of /proc/PID/stat, the scheduling policy: the 39th after the command's name.
+    let policy = || {
+        let stat = std::fs::read_to_string(format!("/proc/{watchdog}/stat")).unwrap_or_default();
+        let after_name = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+        after_name.split_whitespace().nth(38)?.parse::<u32>().ok()
+    };
+    assert!(
+        wait_until(SOON, || policy() == Some(SCHED_BATCH)),
+        "the watchdog's scheduling policy is {:?}, not batch",
+        policy()
+    );
+    run.signal(Signal::SIGTERM);
+    assert_eq!(code(&run.wait(SOON)), 143);
+}
+
 /// The watchdog under `lockrun`, if it has one.
 fn watchdog_of(lockrun: i32) -> Option<i32> {
     children_of(lockrun).into_iter().find(|pid| {

@@ -412,6 +412,14 @@ unsafe fn watch(pipe: RawFd, lockrun: i32, inherited: RawFd) -> ! {
         // Every signal stays blocked, as `fork_watch` cloned it: a stray one (SIGTERM, SIGHUP,
         // SIGALRM, a terminal's SIGTSTP…) neither ends nor stops it, nor runs lockrun's handlers.
         libc::prctl(libc::PR_SET_NAME, c"lockrun-watch".as_ptr());
+        // Batch scheduling: woken, it runs on a free CPU or at the next tick, and never preempts
+        // the process that woke it. Its messages come at the moments that count — the command's
+        // first instant (its group, written before exec) and the release that hands the lock on —
+        // where a normal wake-up switched to the watchdog, and then often to another runnable
+        // process, ahead of the command or the next holder. A dying lockrun's watchdog still gets
+        // its fair share at once: batch is a normal priority, without the wake-up preemption.
+        let batch = libc::sched_param { sched_priority: 0 };
+        libc::sched_setscheduler(0, libc::SCHED_BATCH, &batch);
         // A session of its own: a kill of lockrun's process group (a CI runner ending a job, a
         // shell's `kill -9 -PGID`) must not take the watchdog along with lockrun.
         libc::setsid();
