@@ -98,7 +98,7 @@ impl Child {
         let steps = Steps {
             on_parent_death: watchdog.is_none().then_some(libc::SIGKILL),
             take_terminal,
-            tell_group: watchdog.as_ref().map(Watchdog::pipe),
+            tell_group: watchdog.as_ref().map(Watchdog::group_slot),
         };
         let spawned = super::spawn::spawn(
             launch.program,

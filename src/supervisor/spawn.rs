@@ -17,7 +17,7 @@
 
 use std::ffi::{CString, OsStr, OsString};
 use std::io;
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicI32, Ordering};
 
@@ -32,8 +32,8 @@ pub struct Steps {
     pub on_parent_death: Option<i32>,
     /// Make the command's group the terminal's foreground group.
     pub take_terminal: bool,
-    /// A pipe to write the command's process group to before the exec (the watchdog's).
-    pub tell_group: Option<RawFd>,
+    /// Where to store the command's process group before the exec, for the watchdog.
+    pub tell_group: Option<super::watchdog::GroupSlot>,
 }
 
 /// A started command: its pid (also its process group) and, where the kernel gives one, a pidfd
@@ -296,8 +296,8 @@ unsafe fn steps(prepared: &Prepared) -> Result<(), i32> {
             check(libc::tcsetpgrp(0, libc::getpid()))?;
             libc::signal(libc::SIGTTOU, libc::SIG_DFL);
         }
-        if let Some(pipe) = prepared.steps.tell_group {
-            super::watchdog::tell_group(pipe, libc::getpid());
+        if let Some(slot) = prepared.steps.tell_group {
+            slot.tell(libc::getpid());
         }
     }
     Ok(())

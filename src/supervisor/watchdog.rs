@@ -9,12 +9,12 @@
 //! just before the command — in a session of its own (a kill of lockrun's process group spares
 //! it). The watchdog keeps only the read end of a pipe, and a waiter's inotify instance (see
 //! [`leave_last_close`]): every other descriptor is closed at once, so it never keeps the lock, a
-//! backend connection or the terminal. lockrun keeps the write end (close-on-exec, so
-//! the command never has it) and writes to it what the watchdog must stop: the command's process
-//! group (which the command itself writes before exec, so that it is known however soon lockrun
-//! dies), each descendant lockrun saw leave that group, and, once a command that runs for a while
-//! has been adopted into a cgroup of its own (see `cgroup`), that cgroup — after which escapees
-//! need not be told. When lockrun ends normally it writes "disarm" and the watchdog exits quietly
+//! backend connection or the terminal. The command's process group the command itself stores,
+//! before exec, in a page shared with the watchdog (see [`GroupSlot`]), so that it is known
+//! however soon lockrun dies. lockrun keeps the pipe's write end (close-on-exec, so the command
+//! never has it) and writes to it the rest of what the watchdog must stop: each descendant lockrun
+//! saw leave the command's group, and, once a command that runs for a while has been adopted into
+//! a cgroup of its own (see `cgroup`), that cgroup — after which escapees need not be told. When lockrun ends normally it writes "disarm" and the watchdog exits quietly
 //! (background processes a command leaves behind after a normal end keep running, as with
 //! `flock`).
 //!
@@ -60,7 +60,6 @@ use super::sweep::{Tree, freeze_tree};
 
 /// Message tags on the pipe; each message is a tag and a pid (`i32`, native endian). A cgroup
 /// message carries the length of the cgroup's path instead, and the path follows.
-const TAG_GROUP: u8 = b'g';
 const TAG_PID: u8 = b'p';
 const TAG_CGROUP: u8 = b'c';
 /// The command's tree is in the cgroup: the pids told so far can be forgotten.
@@ -77,6 +76,7 @@ const CGROUP_KILL: &[u8] = b"/cgroup.kill\0";
 pub struct Watchdog {
     pid: Pid,
     pipe: Arc<OwnedFd>,
+    group: GroupSlot,
     told: std::collections::HashSet<i32>,
     adoption: Option<Adoption>,
 }
@@ -95,12 +95,14 @@ impl Watchdog {
     /// waiting for it (see [`Standby`]).
     pub fn start() -> io::Result<Watchdog> {
         let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+        let group = GroupSlot::map()?;
         let lockrun = std::process::id() as i32;
-        let child = fork_watch(read.as_raw_fd(), lockrun)?;
+        let child = fork_watch(read.as_raw_fd(), lockrun, group)?;
         drop(read);
         Ok(Watchdog {
             pid: child,
             pipe: Arc::new(write),
+            group,
             told: std::collections::HashSet::new(),
             adoption: None,
         })
@@ -137,10 +139,10 @@ impl Watchdog {
         }
     }
 
-    /// The pipe on which the command tells the watchdog its process group itself, before exec
-    /// (see [`tell_group`]): lockrun may die the moment the command runs, before it could say so.
-    pub fn pipe(&self) -> RawFd {
-        self.pipe.as_raw_fd()
+    /// Where the command tells the watchdog its process group itself, before exec (see
+    /// [`GroupSlot`]): lockrun may die the moment the command runs, before it could say so.
+    pub fn group_slot(&self) -> GroupSlot {
+        self.group
     }
 
     /// Tells the watchdog a descendant that left the command's group (once per pid).
@@ -158,9 +160,65 @@ impl Watchdog {
             adoption.thread.join().ok().flatten()
         });
         send(&self.pipe, TAG_DISARM, 0);
+        // SAFETY: the command has long been started, or never will be: nothing writes there now.
+        unsafe { self.group.unmap() };
         if let Some(cgroup) = cgroup {
             cgroup.remove();
         }
+    }
+}
+
+/// A page lockrun maps shared before forking the watchdog, where the command stores its process
+/// group between its clone and its exec: a store to memory the watchdog also sees, read only once
+/// lockrun is gone. A write to the watchdog's pipe would wake it at the command's first instant,
+/// and the scheduler, seeing one more runnable process on that CPU, then often moved the command
+/// to the other one at its exec (load balancing on exec), where it waited behind whatever ran.
+#[derive(Clone, Copy)]
+pub struct GroupSlot {
+    /// The page's address; an `AtomicI32` at its start.
+    at: usize,
+}
+
+impl GroupSlot {
+    fn map() -> io::Result<GroupSlot> {
+        // SAFETY: a fresh shared anonymous mapping of one page; nothing else refers to it.
+        let at = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                page_size(),
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if at == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(GroupSlot { at: at as usize })
+    }
+
+    fn cell(&self) -> &AtomicI32 {
+        // SAFETY: the page is mapped (zeroed, so 0: no group yet) until `unmap`, aligned, and
+        // only ever accessed through this atomic.
+        unsafe { &*(self.at as *const AtomicI32) }
+    }
+
+    /// The command's process group is `group`. One store: safe between a clone and an exec.
+    pub fn tell(self, group: libc::pid_t) {
+        self.cell().store(group, Ordering::SeqCst);
+    }
+
+    /// The group told, or 0.
+    fn told(&self) -> i32 {
+        self.cell().load(Ordering::SeqCst)
+    }
+
+    /// # Safety
+    /// No copy of this slot may be used afterwards.
+    unsafe fn unmap(self) {
+        // SAFETY: the page `map` made, per the caller's promise no longer used.
+        unsafe { libc::munmap(self.at as *mut libc::c_void, page_size()) };
     }
 }
 
@@ -246,20 +304,25 @@ struct WatchArgs {
     lockrun: i32,
     /// A descriptor the watchdog keeps open (see [`leave_last_close`]), or -1.
     inherited: RawFd,
+    group: GroupSlot,
 }
+
+/// The room [`WatchArgs`] take at the top of the watchdog's stack: its size, rounded up so that
+/// the stack below stays 16-byte aligned.
+const ARGS_ROOM: usize = std::mem::size_of::<WatchArgs>().next_multiple_of(16);
 
 /// Forks the watchdog onto a stack of its own, with every signal blocked (it keeps them so:
 /// none of lockrun's handlers ever runs in it), and without copying lockrun's heap and main stack,
 /// which it never touches: lockrun then pays no copy-on-write fault for the pages it writes there
 /// next.
-fn fork_watch(pipe: RawFd, lockrun: i32) -> io::Result<Pid> {
+fn fork_watch(pipe: RawFd, lockrun: i32, group: GroupSlot) -> io::Result<Pid> {
     use super::spawn::{Stack, block_all_signals, restore_signals};
     let stack = Stack::new(WATCH_STACK)?;
-    // The arguments take the top 16 bytes; the child's stack starts below them, 16-byte aligned.
+    // The arguments take the top of the stack; the child's stack starts below them.
     let args_at = stack
         .top()
         .cast::<u8>()
-        .wrapping_sub(16)
+        .wrapping_sub(ARGS_ROOM)
         .cast::<WatchArgs>();
     let inherited = LEFT_TO_WATCHDOG.load(Ordering::Acquire);
     // SAFETY: the stack's top slot, in the mapping just made.
@@ -268,6 +331,7 @@ fn fork_watch(pipe: RawFd, lockrun: i32) -> io::Result<Pid> {
             pipe,
             lockrun,
             inherited,
+            group,
         })
     };
     let blocked = block_all_signals()?;
@@ -288,7 +352,7 @@ extern "C" fn watch_entry(arg: *mut libc::c_void) -> libc::c_int {
     // SAFETY: `fork_watch` put the arguments there, in this process's copy of the stack.
     let args = unsafe { *arg.cast::<WatchArgs>() };
     // SAFETY: a freshly forked child, on its own stack.
-    unsafe { watch(args.pipe, args.lockrun, args.inherited) }
+    unsafe { watch(args.pipe, args.lockrun, args.inherited, args.group) }
 }
 
 /// How far below its noted top the main thread's stack may reach (the usual `ulimit -s`): a fork
@@ -360,16 +424,6 @@ fn adopt_tree(pipe: &OwnedFd, skip: Pid, stop: &AtomicBool, done: &AtomicBool) -
     Some(cgroup)
 }
 
-/// The command's message to the watchdog, from between its clone and its exec: its process group
-/// is `group`. One write of a buffer on the stack, so that it is safe there.
-pub fn tell_group(pipe: RawFd, group: libc::pid_t) {
-    let mut message = [0u8; MESSAGE];
-    message[0] = TAG_GROUP;
-    message[1..].copy_from_slice(&group.to_ne_bytes());
-    // SAFETY: writes a buffer of this stack to a descriptor the caller holds open.
-    unsafe { libc::write(pipe, message.as_ptr().cast(), MESSAGE) };
-}
-
 fn send(pipe: &OwnedFd, tag: u8, pid: i32) {
     let mut message = [0u8; MESSAGE];
     message[0] = tag;
@@ -406,7 +460,7 @@ fn send_cgroup(pipe: &OwnedFd, dir: &std::path::Path) -> bool {
 /// # Safety
 /// Runs in a freshly forked child of a possibly multi-threaded process: it must only make
 /// async-signal-safe calls, allocate nothing, and never return.
-unsafe fn watch(pipe: RawFd, lockrun: i32, inherited: RawFd) -> ! {
+unsafe fn watch(pipe: RawFd, lockrun: i32, inherited: RawFd, told: GroupSlot) -> ! {
     // SAFETY (whole body): plain system calls on values owned by this stack frame.
     unsafe {
         // Every signal stays blocked, as `fork_watch` cloned it: a stray one (SIGTERM, SIGHUP,
@@ -424,7 +478,6 @@ unsafe fn watch(pipe: RawFd, lockrun: i32, inherited: RawFd) -> ! {
         // shell's `kill -9 -PGID`) must not take the watchdog along with lockrun.
         libc::setsid();
         close_all_but([pipe, inherited]);
-        let mut group: i32 = 0;
         let mut tree = Tree::new();
         // The cgroup's path, then room for `/cgroup.kill` and the terminating NUL.
         let mut cgroup = [0u8; MAX_CGROUP_PATH + CGROUP_KILL.len()];
@@ -434,7 +487,6 @@ unsafe fn watch(pipe: RawFd, lockrun: i32, inherited: RawFd) -> ! {
             let value = i32::from_ne_bytes([message[1], message[2], message[3], message[4]]);
             match message[0] {
                 TAG_DISARM => libc::_exit(0),
-                TAG_GROUP => group = value,
                 TAG_PID => {
                     tree.add(value);
                 }
@@ -448,6 +500,9 @@ unsafe fn watch(pipe: RawFd, lockrun: i32, inherited: RawFd) -> ! {
                 _ => {}
             }
         }
+        // The command's store, if one was started: it came before the command's exec, and so
+        // before its copy of the pipe closed, the last.
+        let group = told.told();
         // lockrun died while it waited (a watchdog forked while waiting): no command was ever
         // started, so there is nothing to look for.
         if group == 0 && tree.pids().is_empty() && cgroup_len == 0 {
