@@ -9,14 +9,14 @@
 //! just before the command — in a session of its own (a kill of lockrun's process group spares
 //! it). The watchdog keeps only the read end of a pipe, and a waiter's inotify instance (see
 //! [`leave_last_close`]): every other descriptor is closed at once, so it never keeps the lock, a
-//! backend connection or the terminal. The command's process group the command itself stores,
-//! before exec, in a page shared with the watchdog (see [`GroupSlot`]), so that it is known
-//! however soon lockrun dies. lockrun keeps the pipe's write end (close-on-exec, so the command
-//! never has it) and writes to it the rest of what the watchdog must stop: each descendant lockrun
-//! saw leave the command's group, and, once a command that runs for a while has been adopted into
-//! a cgroup of its own (see `cgroup`), that cgroup — after which escapees need not be told. When lockrun ends normally it writes "disarm" and the watchdog exits quietly
-//! (background processes a command leaves behind after a normal end keep running, as with
-//! `flock`).
+//! backend connection or the terminal. The command stores its own process group, before its
+//! exec, in a page shared with the watchdog (see [`GroupSlot`]), so that it is known however soon
+//! lockrun dies. lockrun keeps the pipe's write end (close-on-exec, so the command never has it)
+//! and writes to it the rest of what the watchdog must stop: each descendant lockrun saw leave the
+//! command's group, and, once a command that runs for a while has been adopted into a cgroup of
+//! its own (see `cgroup`), that cgroup — after which escapees need not be told. When lockrun ends
+//! normally it writes "disarm" and the watchdog exits quietly (background processes a command
+//! leaves behind after a normal end keep running, as with `flock`).
 //!
 //! When the pipe closes without that, lockrun is dying. The watchdog waits until lockrun's
 //! children have been handed to a new parent, then sweeps `/proc` for the command's whole tree by
@@ -97,7 +97,10 @@ impl Watchdog {
         let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
         let group = GroupSlot::map()?;
         let lockrun = std::process::id() as i32;
-        let child = fork_watch(read.as_raw_fd(), lockrun, group)?;
+        let child = fork_watch(read.as_raw_fd(), lockrun, group).inspect_err(|_| {
+            // SAFETY: no watchdog and no command was given the page.
+            unsafe { group.unmap() }
+        })?;
         drop(read);
         Ok(Watchdog {
             pid: child,
