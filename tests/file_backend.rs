@@ -258,6 +258,47 @@ fn more_waiters_than_inotify_instances_all_get_their_turn() {
     assert_eq!(ran.lines().count(), waiters);
 }
 
+/// A waiter that gets its turn leaves the line just after its command has started (off the path
+/// from the lock to the command), not when it ends: while the command runs, nobody is in line.
+#[test]
+fn a_waiter_that_got_its_turn_is_out_of_the_line_while_its_command_runs() {
+    let env = Scene::file();
+    let mut holder = env.hold("turn", "h", &[]);
+    let started = env.path("w.started");
+    let go_on = env.path("w.go-on");
+    let script = format!(
+        "touch {}; while [ ! -e {} ]; do sleep 0.05; done",
+        started.display(),
+        go_on.display()
+    );
+    let mut waiter = env.waiter("turn", &[], &script);
+    env.wait_waiters("turn", 1);
+    let out = holder.finish();
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    assert!(
+        wait_until(SOON, || started.exists()),
+        "the waiter's command never started"
+    );
+    // Its ticket file, not `status`: a ticket nobody beats for 3 s no longer counts as a waiter,
+    // but its file stays until someone clears it.
+    let line = env.state().join("turn.line");
+    let tickets = || {
+        std::fs::read_dir(&line)
+            .unwrap()
+            .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+            .filter(|name| name.starts_with('T'))
+            .collect::<Vec<_>>()
+    };
+    assert!(
+        wait_until(SOON, || tickets().is_empty()),
+        "still in line while its command runs: {:?}",
+        tickets()
+    );
+    std::fs::write(&go_on, "").unwrap();
+    let out = waiter.wait(SOON);
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+}
+
 /// `lockrun status many --json` as `uid`.
 fn run_status(url: &str, uid: u32) -> std::process::Command {
     let mut cmd = tools::as_user(uid);
@@ -430,45 +471,4 @@ fn a_release_wakes_a_waiter_behind_more_slots_than_are_watched_one_by_one() {
         fastest < Duration::from_millis(500),
         "the fastest of three handoffs took {fastest:?}"
     );
-}
-
-/// A waiter that gets its turn leaves the line just after its command has started (off the path
-/// from the lock to the command), not when it ends: while the command runs, nobody is in line.
-#[test]
-fn a_waiter_that_got_its_turn_is_out_of_the_line_while_its_command_runs() {
-    let env = Scene::file();
-    let mut holder = env.hold("turn", "h", &[]);
-    let started = env.path("w.started");
-    let go_on = env.path("w.go-on");
-    let script = format!(
-        "touch {}; while [ ! -e {} ]; do sleep 0.05; done",
-        started.display(),
-        go_on.display()
-    );
-    let mut waiter = env.waiter("turn", &[], &script);
-    env.wait_waiters("turn", 1);
-    let out = holder.finish();
-    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
-    assert!(
-        wait_until(SOON, || started.exists()),
-        "the waiter's command never started"
-    );
-    // Its ticket file, not `status`: a ticket nobody beats for 3 s no longer counts as a waiter,
-    // but its file stays until someone clears it.
-    let line = env.state().join("turn.line");
-    let tickets = || {
-        std::fs::read_dir(&line)
-            .unwrap()
-            .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
-            .filter(|name| name.starts_with('T'))
-            .collect::<Vec<_>>()
-    };
-    assert!(
-        wait_until(SOON, || tickets().is_empty()),
-        "still in line while its command runs: {:?}",
-        tickets()
-    );
-    std::fs::write(&go_on, "").unwrap();
-    let out = waiter.wait(SOON);
-    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
 }
