@@ -76,7 +76,7 @@ const CGROUP_KILL: &[u8] = b"/cgroup.kill\0";
 pub struct Watchdog {
     pid: Pid,
     pipe: Arc<OwnedFd>,
-    group: GroupSlot,
+    group: GroupPage,
     told: std::collections::HashSet<i32>,
     adoption: Option<Adoption>,
 }
@@ -95,12 +95,9 @@ impl Watchdog {
     /// waiting for it (see [`Standby`]).
     pub fn start() -> io::Result<Watchdog> {
         let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
-        let group = GroupSlot::map()?;
+        let group = GroupPage::map()?;
         let lockrun = std::process::id() as i32;
-        let child = fork_watch(read.as_raw_fd(), lockrun, group).inspect_err(|_| {
-            // SAFETY: no watchdog and no command was given the page.
-            unsafe { group.unmap() }
-        })?;
+        let child = fork_watch(read.as_raw_fd(), lockrun, group.slot)?;
         drop(read);
         Ok(Watchdog {
             pid: child,
@@ -145,7 +142,7 @@ impl Watchdog {
     /// Where the command tells the watchdog its process group itself, before exec (see
     /// [`GroupSlot`]): lockrun may die the moment the command runs, before it could say so.
     pub fn group_slot(&self) -> GroupSlot {
-        self.group
+        self.group.slot
     }
 
     /// Tells the watchdog a descendant that left the command's group (once per pid).
@@ -163,8 +160,6 @@ impl Watchdog {
             adoption.thread.join().ok().flatten()
         });
         send(&self.pipe, TAG_DISARM, 0);
-        // SAFETY: the command has long been started, or never will be: nothing writes there now.
-        unsafe { self.group.unmap() };
         if let Some(cgroup) = cgroup {
             cgroup.remove();
         }
@@ -176,14 +171,13 @@ impl Watchdog {
 /// lockrun is gone. A write to the watchdog's pipe would wake it at the command's first instant,
 /// and the scheduler, seeing one more runnable process on that CPU, then often moved the command
 /// to the other one at its exec (load balancing on exec), where it waited behind whatever ran.
-#[derive(Clone, Copy)]
-pub struct GroupSlot {
-    /// The page's address; an `AtomicI32` at its start.
-    at: usize,
+/// lockrun's mapping goes with its [`Watchdog`]; the watchdog keeps its own.
+struct GroupPage {
+    slot: GroupSlot,
 }
 
-impl GroupSlot {
-    fn map() -> io::Result<GroupSlot> {
+impl GroupPage {
+    fn map() -> io::Result<GroupPage> {
         // SAFETY: a fresh shared anonymous mapping of one page; nothing else refers to it.
         let at = unsafe {
             libc::mmap(
@@ -198,11 +192,32 @@ impl GroupSlot {
         if at == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
-        Ok(GroupSlot { at: at as usize })
+        Ok(GroupPage {
+            slot: GroupSlot { at: at as usize },
+        })
     }
+}
 
+impl Drop for GroupPage {
+    /// The command, if one was started, has executed by now (its start returns only then), so
+    /// nothing of lockrun's writes there any more.
+    fn drop(&mut self) {
+        // SAFETY: the page `map` made, no longer used in this process.
+        unsafe { libc::munmap(self.slot.at as *mut libc::c_void, page_size()) };
+    }
+}
+
+/// The command's way to its [`GroupPage`]: the page's address, valid while the [`Watchdog`] that
+/// owns the page lives, and in the watchdog for good.
+#[derive(Clone, Copy)]
+pub struct GroupSlot {
+    /// The page's address; an `AtomicI32` at its start.
+    at: usize,
+}
+
+impl GroupSlot {
     fn cell(&self) -> &AtomicI32 {
-        // SAFETY: the page is mapped (zeroed, so 0: no group yet) until `unmap`, aligned, and
+        // SAFETY: the page is mapped (zeroed, so 0: no group yet) while it is used, aligned, and
         // only ever accessed through this atomic.
         unsafe { &*(self.at as *const AtomicI32) }
     }
@@ -215,13 +230,6 @@ impl GroupSlot {
     /// The group told, or 0.
     fn told(&self) -> i32 {
         self.cell().load(Ordering::SeqCst)
-    }
-
-    /// # Safety
-    /// No copy of this slot may be used afterwards.
-    unsafe fn unmap(self) {
-        // SAFETY: the page `map` made, per the caller's promise no longer used.
-        unsafe { libc::munmap(self.at as *mut libc::c_void, page_size()) };
     }
 }
 
@@ -470,11 +478,10 @@ unsafe fn watch(pipe: RawFd, lockrun: i32, inherited: RawFd, told: GroupSlot) ->
         // SIGALRM, a terminal's SIGTSTP…) neither ends nor stops it, nor runs lockrun's handlers.
         libc::prctl(libc::PR_SET_NAME, c"lockrun-watch".as_ptr());
         // Batch scheduling: woken, it runs on a free CPU or at the next tick, and never preempts
-        // the process that woke it. Its messages come at the moments that count — the command's
-        // first instant (its group, written before exec) and the release that hands the lock on —
-        // where a normal wake-up switched to the watchdog, and then often to another runnable
-        // process, ahead of the command or the next holder. A dying lockrun's watchdog still gets
-        // its fair share at once: batch is a normal priority, without the wake-up preemption.
+        // the process that woke it. The disarm comes right after the release that hands the lock
+        // on, where a normal wake-up switched to the watchdog's exit, and then often to another
+        // runnable process, ahead of the next holder. A dying lockrun's watchdog still gets its
+        // fair share at once: batch is a normal priority, without the wake-up preemption.
         let batch = libc::sched_param { sched_priority: 0 };
         libc::sched_setscheduler(0, libc::SCHED_BATCH, &batch);
         // A session of its own: a kill of lockrun's process group (a CI runner ending a job, a
