@@ -2,6 +2,7 @@
 //! the parent-death signal, and descriptors that must not leak to the command's descendants.
 
 use std::io::Write;
+use std::path::Path;
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill};
@@ -646,10 +647,9 @@ fn group_stopped(group: i32) -> bool {
         .flatten()
         .flatten()
         .filter_map(|entry| {
-            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
-            let mut fields = stat.rsplit_once(')')?.1.split_whitespace();
-            let state = fields.next()?.chars().next()?;
-            let pgrp: i32 = fields.nth(1)?.parse().ok()?;
+            let fields = stat_fields(&entry.path().join("stat"))?;
+            let state = fields.first()?.chars().next()?;
+            let pgrp: i32 = fields.get(2)?.parse().ok()?;
             (pgrp == group).then_some(state)
         })
         .collect();
@@ -658,8 +658,18 @@ fn group_stopped(group: i32) -> bool {
 
 /// A process's state letter, from `/proc/PID/stat`.
 fn proc_state(pid: i32) -> Option<char> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit_once(')')?.1.trim_start().chars().next()
+    stat_fields(Path::new(&format!("/proc/{pid}/stat")))?
+        .first()?
+        .chars()
+        .next()
+}
+
+/// The fields of a `/proc/PID/stat` file after the command's name (which may hold spaces and
+/// parentheses): the state, field 3, first.
+fn stat_fields(stat_file: &Path) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(stat_file).ok()?;
+    let after_name = stat.rsplit_once(')')?.1;
+    Some(after_name.split_whitespace().map(str::to_owned).collect())
 }
 
 /// Whether lockrun's `-vv` says this system gives the command no cgroup (no cgroup v2, no
@@ -893,20 +903,21 @@ fn a_waiters_watchdog_goes_with_the_wait_and_touches_nothing() {
     assert_eq!(code(&holder.finish()), 0);
 }
 
-/// The watchdog is batch-scheduled: woken by a message (the command's group, written just before
-/// its exec; the disarm right after a release), it never preempts the process that wrote it, so
-/// its run never stands between the lock and the command, or the next holder.
+/// The watchdog is batch-scheduled: woken by a message (the disarm, right after a release), it
+/// never preempts the process that wrote it, so its exit never stands between the release and the
+/// next holder.
 #[test]
 fn the_watchdog_never_preempts_the_process_that_wakes_it() {
     const SCHED_BATCH: u32 = 3;
     let env = Scene::file();
     let mut run = env.spawn(["--name", "batch", "--", "sleep", "60"]);
     let watchdog = watchdog_under(run.pid());
-    // Field 41 of /proc/PID/stat, the scheduling policy: the 39th after the command's name.
+    // Field 41 of /proc/PID/stat, the scheduling policy.
     let policy = || {
-        let stat = std::fs::read_to_string(format!("/proc/{watchdog}/stat")).unwrap_or_default();
-        let after_name = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-        after_name.split_whitespace().nth(38)?.parse::<u32>().ok()
+        stat_fields(Path::new(&format!("/proc/{watchdog}/stat")))?
+            .get(41 - 3)?
+            .parse::<u32>()
+            .ok()
     };
     assert!(
         wait_until(SOON, || policy() == Some(SCHED_BATCH)),
