@@ -281,22 +281,45 @@ fn a_waiter_that_got_its_turn_is_out_of_the_line_while_its_command_runs() {
     );
     // Its ticket file, not `status`: a ticket nobody beats for 3 s no longer counts as a waiter,
     // but its file stays until someone clears it.
-    let line = env.state().join("turn.line");
-    let tickets = || {
-        std::fs::read_dir(&line)
-            .unwrap()
-            .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
-            .filter(|name| name.starts_with('T'))
-            .collect::<Vec<_>>()
-    };
     assert!(
-        wait_until(SOON, || tickets().is_empty()),
+        wait_until(SOON, || tickets_in_line(&env, "turn").is_empty()),
         "still in line while its command runs: {:?}",
-        tickets()
+        tickets_in_line(&env, "turn")
     );
     std::fs::write(&go_on, "").unwrap();
     let out = waiter.wait(SOON);
     assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+}
+
+/// A waiter that gets its turn but whose command cannot start (not found: 127) leaves the line
+/// as it gives the lock back: what it kept for after the start goes with the unused lease.
+#[test]
+fn a_waiter_whose_command_cannot_start_leaves_no_ticket_behind() {
+    let env = Scene::file();
+    let mut holder = env.hold("unrun", "h", &[]);
+    let mut waiter = env.spawn([
+        "--name",
+        "unrun",
+        "--wait",
+        "60s",
+        "--",
+        "no-such-program-anywhere",
+    ]);
+    env.wait_waiters("unrun", 1);
+    assert_eq!(code(&holder.finish()), 0);
+    let out = waiter.wait(SOON);
+    assert_eq!(code(&out), 127, "{}", text(&out.stderr));
+    let left = tickets_in_line(&env, "unrun");
+    assert!(left.is_empty(), "tickets left in line: {left:?}");
+}
+
+/// The ticket files in NAME's line directory, live or not.
+fn tickets_in_line(env: &Scene, name: &str) -> Vec<String> {
+    std::fs::read_dir(env.state().join(format!("{name}.line")))
+        .unwrap()
+        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+        .filter(|file| file.starts_with('T'))
+        .collect()
 }
 
 /// `lockrun status many --json` as `uid`.
