@@ -114,8 +114,17 @@ pub trait Fixture: Reachable + Sized {
 
 /// A loopback port that nothing listens on right now.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("probe a free port")
-        .port()
+    free_ports(1)[0]
+}
+
+/// `n` distinct ports free on loopback: each probe's listener is kept until all are taken, so
+/// the kernel cannot hand the same port out twice.
+pub fn free_ports(n: usize) -> Vec<u16> {
+    let listeners: Vec<TcpListener> = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0").expect("probe a free port"))
+        .collect();
+    listeners
+        .iter()
+        .map(|l| l.local_addr().expect("a bound port").port())
+        .collect()
 }

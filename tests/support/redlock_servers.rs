@@ -7,7 +7,7 @@
 
 use std::path::Path;
 
-use super::fixture::{Counter, Fixture, Reachable, free_port};
+use super::fixture::{Counter, Fixture, Reachable, free_ports};
 use super::proxy::Proxy;
 use super::redis_server::RedisServer;
 use super::server_process::ServerProcess;
@@ -128,8 +128,10 @@ impl<const N: usize> Fixture for RedlockServers<N> {
 
     /// Masters on N free ports; the message must name the first.
     fn unreachable() -> (String, String) {
-        let endpoints: Vec<String> = (0..N)
-            .map(|_| format!("127.0.0.1:{}", free_port()))
+        // Distinct: a port drawn twice would make the URL malformed (a master named twice).
+        let endpoints: Vec<String> = free_ports(N)
+            .into_iter()
+            .map(|port| format!("127.0.0.1:{port}"))
             .collect();
         let url = format!("redlock://u:hunter2@{}", endpoints.join(","));
         (url, endpoints[0].clone())
