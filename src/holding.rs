@@ -369,11 +369,10 @@ async fn busy(backend: &dyn Backend, config: &RunConfig) -> Error {
 
 /// Inherited variables that would hand a password to the command.
 fn secret_variables() -> Vec<String> {
-    std::env::vars_os()
-        .filter_map(|(key, value)| {
-            let key = key.into_string().ok()?;
-            let secret = key == "LOCKRUN_BACKEND" && value.to_str().is_none_or(has_secret);
-            secret.then_some(key)
-        })
-        .collect()
+    const KEY: &str = "LOCKRUN_BACKEND";
+    let secret = std::env::var_os(KEY).is_some_and(|value| value.to_str().is_none_or(has_secret));
+    match secret {
+        true => vec![KEY.to_owned()],
+        false => Vec::new(),
+    }
 }

@@ -12,6 +12,7 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod drill;
+mod environment;
 pub mod exit;
 mod holding;
 mod inspect;

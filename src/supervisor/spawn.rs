@@ -73,11 +73,11 @@ pub fn spawn(
     for arg in args {
         arguments.push(c_string(arg.as_bytes())?);
     }
-    let environment = environment(env, env_remove)?;
+    let mut made = Vec::with_capacity(env.len());
     let prepared = Prepared {
+        envp: environment(env, env_remove, &mut made)?,
         program,
         argv: pointers(&arguments),
-        envp: pointers(&environment),
         parent: std::process::id() as libc::pid_t,
         steps,
         failure: AtomicI32::new(0),
@@ -98,7 +98,7 @@ pub fn spawn(
     })
 }
 
-fn c_string(bytes: &[u8]) -> io::Result<CString> {
+fn c_string(bytes: impl Into<Vec<u8>>) -> io::Result<CString> {
     CString::new(bytes).map_err(|_| {
         io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -107,21 +107,27 @@ fn c_string(bytes: &[u8]) -> io::Result<CString> {
     })
 }
 
-/// `KEY=VALUE` strings: lockrun's environment without `remove` and with `set` (which wins).
-fn environment(set: &[(String, String)], remove: &[String]) -> io::Result<Vec<CString>> {
-    let mut out = Vec::new();
-    for (key, value) in std::env::vars_os() {
-        let key_bytes = key.as_bytes();
-        let replaced = set.iter().any(|(k, _)| k.as_bytes() == key_bytes);
-        let removed = remove.iter().any(|k| k.as_bytes() == key_bytes);
-        if replaced || removed {
-            continue;
+/// The command's environment: lockrun's own entries, in place, without the keys in `remove` or
+/// `set`, then `set`'s (which so wins), built as `KEY=VALUE` strings kept in `made`.
+fn environment(
+    set: &[(String, String)],
+    remove: &[String],
+    made: &mut Vec<CString>,
+) -> io::Result<Vec<*const libc::c_char>> {
+    let mut out = Vec::with_capacity(64);
+    for entry in crate::environment::entries() {
+        let key = crate::environment::key(entry);
+        let replaced = set.iter().any(|(k, _)| k.as_bytes() == key);
+        let removed = remove.iter().any(|k| k.as_bytes() == key);
+        if !(replaced || removed) {
+            out.push(entry.as_ptr());
         }
-        out.push(c_string(&[key_bytes, b"=", value.as_bytes()].concat())?);
     }
     for (key, value) in set {
-        out.push(c_string(format!("{key}={value}").as_bytes())?);
+        made.push(c_string(format!("{key}={value}"))?);
     }
+    out.extend(made.iter().map(|s| s.as_ptr()));
+    out.push(std::ptr::null());
     Ok(out)
 }
 
@@ -419,6 +425,43 @@ mod tests {
         let group = seen.rsplit('|').next().unwrap().trim();
         assert_eq!(group, spawned.pid.to_string(), "{seen}");
         assert!(seen.starts_with("one two|set|unset|"), "{seen}");
+    }
+
+    #[test]
+    fn the_command_inherits_every_variable_once_and_a_variable_set_replaces_its_inherited_value() {
+        let path = format!("/nowhere:{}", std::env::var("PATH").unwrap());
+        let spawned = spawn(
+            OsStr::new("sleep"),
+            &[OsString::from("10")],
+            &[("PATH".into(), path.clone())],
+            &["HOME".into()],
+            Steps::default(),
+        )
+        .unwrap();
+        // What the kernel was handed at the exec, entry by entry (a shell would tidy it up). The
+        // clone returns as the exec replaces the memory, before the new stack holds the
+        // environment: until then the file reads empty.
+        let read = || std::fs::read(format!("/proc/{}/environ", spawned.pid)).unwrap();
+        let mut environ = read();
+        for _ in 0..500 {
+            if !environ.is_empty() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            environ = read();
+        }
+        let _ = nix::sys::signal::kill(spawned.pid, nix::sys::signal::Signal::SIGKILL);
+        exit_code(spawned.pid);
+        let got: Vec<&[u8]> = environ
+            .split(|&b| b == 0)
+            .filter(|e| !e.is_empty())
+            .collect();
+        let mut wanted: Vec<Vec<u8>> = std::env::vars_os()
+            .filter(|(key, _)| key != "PATH" && key != "HOME")
+            .map(|(key, value)| [key.as_bytes(), b"=", value.as_bytes()].concat())
+            .collect();
+        wanted.push(format!("PATH={path}").into_bytes());
+        assert_eq!(got, wanted);
     }
 
     #[test]
