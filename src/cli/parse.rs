@@ -3,6 +3,7 @@
 //! that exclude each other, and every parse error becomes one line that points the right way.
 
 use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt;
 
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::parser::ValueSource;
@@ -33,21 +34,28 @@ pub fn parse(args: Vec<OsString>) -> Result<Parsed, Error> {
     no_value_taken_from_the_separator(&args)?;
     let parsed = Cli::command()
         .try_get_matches_from(&args)
-        .and_then(|matches| Ok((Cli::from_arg_matches(&matches)?, matches)));
-    let (mut cli, matches) = match parsed {
+        .and_then(|mut matches| {
+            // Read before the typed parse takes the values out of `matches`, which saves copying
+            // them all (about 80 allocations a run).
+            let typed = typed_exclusive_flags(&matches);
+            Ok((Cli::from_arg_matches_mut(&mut matches)?, typed))
+        });
+    let (mut cli, typed) = match parsed {
         Ok(parsed) => parsed,
         Err(e) => return clap_error(&e, &args),
     };
-    settle_overrides(&mut cli, &matches)?;
+    settle_overrides(&mut cli, &typed)?;
     Ok(Parsed::Cli(Box::new(cli)))
 }
 
 /// Removes `LOCKRUN_*` variables whose value is empty: for every option, an empty variable counts
 /// as unset, as a crontab line `LOCKRUN_NO_WAIT=` means.
 fn forget_empty_variables() {
-    let empty: Vec<OsString> = std::env::vars_os()
-        .filter(|(key, value)| key.to_string_lossy().starts_with("LOCKRUN_") && value.is_empty())
-        .map(|(key, _)| key)
+    let empty: Vec<OsString> = crate::environment::entries()
+        .filter(|entry| crate::environment::value(entry).is_empty())
+        .map(crate::environment::key)
+        .filter(|key| key.starts_with(b"LOCKRUN_"))
+        .map(|key| OsString::from_vec(key.to_vec()))
         .collect();
     for key in empty {
         // SAFETY: called first thing in `main`, before the runtime or any other thread exists,
@@ -161,11 +169,21 @@ fn wants_next_word<'c>(command: &'c clap::Command, word: &str) -> Option<(String
     None
 }
 
+/// The flags of [`EXCLUSIONS`] that were typed on the command line (not taken from the
+/// environment).
+fn typed_exclusive_flags(matches: &ArgMatches) -> Vec<&'static str> {
+    EXCLUSIONS
+        .iter()
+        .flat_map(|exclusion| [exclusion.a.0, exclusion.b.0])
+        .filter(|flag| matches.value_source(&id_of(flag)) == Some(ValueSource::CommandLine))
+        .collect()
+}
+
 /// Options that exclude each other may come one from the environment (a crontab's
 /// `LOCKRUN_NO_WAIT=1`) and one from the command line (`--wait 5m` on one line): the command line
 /// wins. Both from the same place is a usage error.
-fn settle_overrides(cli: &mut Cli, matches: &ArgMatches) -> Result<(), Error> {
-    let typed = |flag: &str| matches.value_source(&id_of(flag)) == Some(ValueSource::CommandLine);
+fn settle_overrides(cli: &mut Cli, typed_flags: &[&str]) -> Result<(), Error> {
+    let typed = |flag: &str| typed_flags.contains(&flag);
     for Exclusion { a, b, why } in EXCLUSIONS {
         let ((a_flag, a_set, a_clear), (b_flag, b_set, b_clear)) = (a, b);
         if !(a_set(cli) && b_set(cli)) {
