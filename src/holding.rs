@@ -313,7 +313,7 @@ async fn run_command(
     // A signal that came while the lease was being made ready (the `--min-interval` claim, a
     // grant too late to use) ends the run as it would have ended the wait: the command is not
     // started only to be signalled at once.
-    if let Ok(signal) = signals.try_recv() {
+    if let Some(signal) = signals.try_recv() {
         release_unused(lease).await;
         return Err(interrupted_starting(signal, config));
     }

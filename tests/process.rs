@@ -638,6 +638,33 @@ fn job_control_without_a_terminal_pauses_the_command_and_keeps_the_lease() {
     assert_eq!(ticks(), 30);
 }
 
+/// Guards against zombies piling up under lockrun while a long command runs: a process the
+/// command left behind is reparented to lockrun (its subreaper), and when it exits lockrun hears
+/// SIGCHLD and reaps it at once, not when the command ends.
+#[test]
+fn an_orphan_that_exits_while_the_command_runs_is_reaped_at_once() {
+    let s = Scene::file();
+    let script = "(sleep 1 & echo $! > orphan.pid); sleep 30";
+    let mut run = s.spawn(["--name", "orphans", "--", "sh", "-c", script]);
+    let orphan: i32 = wait_for_file(&s.path("orphan.pid"), SOON)
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        wait_until(SOON, || children_of(run.pid()).contains(&orphan)),
+        "the orphan was not reparented to lockrun"
+    );
+    assert!(
+        wait_until(Duration::from_secs(5), || !children_of(run.pid())
+            .contains(&orphan)),
+        "the orphan stayed lockrun's child (state {:?})",
+        proc_state(orphan)
+    );
+    assert!(alive(run.pid()), "lockrun ended early");
+    run.signal(Signal::SIGTERM);
+    run.wait(Duration::from_secs(10));
+}
+
 /// Whether the process group `group` is stopped: something in it is stopped (`T`) and nothing
 /// in it can run. A shell caught in `vfork` waits in `D` for its stopped child, with every signal
 /// blocked until the child execs — stopped in effect, though its own state is not `T`.

@@ -26,7 +26,6 @@ use nix::unistd::{Pid, getpgrp, getpid, getppid, isatty, tcgetpgrp, tcsetpgrp};
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 
-use super::job_control::JobControl;
 use super::spawn::Steps;
 use super::watchdog::{Standby, Watchdog};
 use crate::exit::{self, Error};
@@ -59,9 +58,6 @@ pub struct Child {
     /// Its exit status, once reaped.
     status: Option<ExitStatus>,
     owns_terminal: bool,
-    /// Without the terminal: lockrun's SIGTSTP and SIGCONT, caught since before the command
-    /// started, until the supervisor takes them.
-    job_control: Option<JobControl>,
     sole_child: bool,
     /// Stops the command's tree if lockrun dies; only for a sole child.
     watchdog: Option<Watchdog>,
@@ -72,10 +68,9 @@ impl Child {
     /// Starts the command. Needs a running tokio runtime; call from the main thread.
     pub fn spawn(mut launch: Launch<'_>) -> Result<Child, Error> {
         let take_terminal = lockrun_owns_terminal();
-        let job_control = match take_terminal {
-            true => None,
-            false => Some(JobControl::listen()?),
-        };
+        if !take_terminal {
+            super::job_control::catch()?;
+        }
         let mut watchdog = None;
         if launch.sole_child {
             super::descendants::become_subreaper();
@@ -119,7 +114,6 @@ impl Child {
             exit,
             status: None,
             owns_terminal: take_terminal,
-            job_control,
             sole_child: launch.sole_child,
             watchdog,
             started: std::time::Instant::now(),
@@ -221,11 +215,6 @@ impl Child {
         Ok(status)
     }
 
-    /// The job-control signals to pass on, when the command runs without the terminal.
-    pub fn take_job_control(&mut self) -> Option<JobControl> {
-        self.job_control.take()
-    }
-
     /// Job control for a command that owns the terminal: when it was stopped (Ctrl-Z, or reading
     /// the terminal from the background), lockrun takes the terminal back and stops itself, so the
     /// shell sees the whole job stopped; when the shell continues lockrun (`fg`, `bg`), the command
@@ -275,11 +264,15 @@ impl Child {
 }
 
 /// How lockrun learns that the command exited: its pidfd turns readable, or, on a kernel without
-/// pidfds, a SIGCHLD arrives.
+/// pidfds (older than 5.2), a look every [`EXIT_POLL`] (the supervisor loop also looks again at each
+/// SIGCHLD, so under supervision that is at once).
 enum ExitWatch {
     Pidfd(AsyncFd<OwnedFd>),
-    Sigchld(tokio::signal::unix::Signal),
+    Poll,
 }
+
+/// How often a command's exit is looked for on a kernel without pidfds.
+const EXIT_POLL: std::time::Duration = std::time::Duration::from_millis(20);
 
 impl ExitWatch {
     fn new(pidfd: Option<OwnedFd>) -> io::Result<ExitWatch> {
@@ -288,9 +281,7 @@ impl ExitWatch {
             Some(pidfd) => ExitWatch::Pidfd(unsafe {
                 AsyncFd::register_with_interest(pidfd, Interest::READABLE)?
             }),
-            None => ExitWatch::Sigchld(tokio::signal::unix::signal(
-                tokio::signal::unix::SignalKind::child(),
-            )?),
+            None => ExitWatch::Poll,
         })
     }
 
@@ -298,9 +289,7 @@ impl ExitWatch {
     async fn changed(&mut self) -> io::Result<()> {
         match self {
             ExitWatch::Pidfd(pidfd) => pidfd.readable().await?.clear_ready(),
-            ExitWatch::Sigchld(sigchld) => {
-                sigchld.recv().await;
-            }
+            ExitWatch::Poll => tokio::time::sleep(EXIT_POLL).await,
         }
         Ok(())
     }

@@ -253,7 +253,7 @@ pub async fn supervise(
     let mut signals_open = true;
     // SIGCHLD: a command that owns the terminal was stopped, or an orphan reparented to lockrun
     // exited and must be reaped.
-    let mut child_events = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())
+    super::signals::catch(Signal::SIGCHLD)
         .map_err(|e| Error::internal(format!("cannot watch the command: {e}")))?;
     // Until the command runs in a cgroup of its own, the watchdog learns of descendants that
     // leave the command's group from lockrun's own looks at its tree. The first look waits a
@@ -261,9 +261,6 @@ pub async fn supervise(
     let mut escapee_looks =
         tokio::time::interval_at(tokio::time::Instant::now() + ESCAPEE_LOOK, ESCAPEE_LOOK);
     escapee_looks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // Without the terminal, job-control signals sent to lockrun are passed to the command, and
-    // lockrun itself never stops: the command is never left running on an unrenewed lease.
-    let mut job_control = child.take_job_control();
 
     let status = loop {
         let now = BootInstant::now();
@@ -288,26 +285,23 @@ pub async fn supervise(
                 break status.map_err(|e| Error::internal(format!("cannot wait for the command: {e}")))?;
             }
             signal = signals.recv(), if signals_open => match signal {
+                Some(Signal::SIGCHLD) => {
+                    child.follow_stop(|| keeper.may_run(BootInstant::now()));
+                    child.reap_orphans();
+                    child.track_escapees();
+                }
+                // Caught only while the command runs without the terminal: lockrun passes them on
+                // and itself never stops, so the command never runs on an unrenewed lease. A
+                // continue after a stop longer than the lease must not wake the command: the next
+                // look at the clock kills it.
+                Some(Signal::SIGCONT) if !keeper.may_run(BootInstant::now()) => {}
                 Some(signal) => {
                     crate::info!("forwarding {signal} to the command");
                     child.signal_group(signal);
                 }
                 None => signals_open = false,
             },
-            Some(()) = child_events.recv() => {
-                child.follow_stop(|| keeper.may_run(BootInstant::now()));
-                child.reap_orphans();
-                child.track_escapees();
-            }
             _ = escapee_looks.tick(), if child.tracks_escapees() => child.track_escapees(),
-            Some(signal) = async { job_control.as_mut().expect("guarded by the condition").next().await }, if job_control.is_some() => {
-                // A continue after a stop longer than the lease must not wake the command: the
-                // next look at the clock kills it.
-                if signal == Signal::SIGTSTP || keeper.may_run(BootInstant::now()) {
-                    crate::info!("forwarding {signal} to the command");
-                    child.signal_group(signal);
-                }
-            }
             result = async { renewal.as_mut().expect("guarded by the condition").1.as_mut().await }, if renewal.is_some() => {
                 let (sent, _) = renewal.take().expect("renewal in flight");
                 keeper.on_renewal(child, sent, result);

@@ -10,7 +10,7 @@ use nix::sys::signal::Signal;
 use tokio::sync::mpsc;
 
 use super::scripted_lease::{Renewals, Script, ScriptedLease};
-use super::{Child, Launch, Outcome, supervise};
+use super::{Child, Launch, Outcome, Signals, supervise};
 use crate::clock::BootInstant;
 use crate::timing::Timing;
 
@@ -41,7 +41,7 @@ struct Run {
     timeout: Option<Duration>,
     script: Arc<Script>,
     signals: mpsc::UnboundedSender<Signal>,
-    received: mpsc::UnboundedReceiver<Signal>,
+    received: Signals,
 }
 
 impl Run {
@@ -58,7 +58,7 @@ impl Run {
             timeout: None,
             script,
             signals,
-            received,
+            received: Signals::fed(received),
         }
     }
 
