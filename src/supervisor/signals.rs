@@ -15,7 +15,7 @@
 
 use std::collections::VecDeque;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 
 use nix::sys::signal::Signal;
@@ -44,7 +44,7 @@ pub struct Signals {
 
 enum Source {
     /// The pipe's read end, and the arrivals read from it but not yet returned.
-    Pipe(AsyncFd<OwnedFd>, VecDeque<Signal>),
+    Pipe(AsyncFd<ReadEnd>, VecDeque<Signal>),
     /// Signals a test sends.
     #[cfg(test)]
     Fed(mpsc::UnboundedReceiver<Signal>),
@@ -67,15 +67,23 @@ fn pipe() -> io::Result<Signals> {
     if unsafe { libc::pipe2(ends.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
         return Err(io::Error::last_os_error());
     }
-    // SAFETY: both descriptors were just made, and nothing else owns the read end. The write end
-    // lives as long as the process: a handler may run at any moment.
-    let read = unsafe { OwnedFd::from_raw_fd(ends[0]) };
+    // Both ends live as long as the process: a handler may run at any moment, even as lockrun
+    // exits, and a write to a pipe nobody can read any more would raise SIGPIPE.
     WRITE_END.store(ends[1], Ordering::Release);
-    // SAFETY: the read end is owned by the `AsyncFd` and never replaced or closed elsewhere.
-    let read = unsafe { AsyncFd::register_with_interest(read, Interest::READABLE)? };
+    // SAFETY: the read end is registered once and never closed.
+    let read = unsafe { AsyncFd::register_with_interest(ReadEnd(ends[0]), Interest::READABLE)? };
     Ok(Signals {
         source: Source::Pipe(read, VecDeque::new()),
     })
+}
+
+/// The pipe's read end, which is never closed (see [`pipe`]).
+struct ReadEnd(RawFd);
+
+impl AsRawFd for ReadEnd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0
+    }
 }
 
 /// The signals [`catch`] installed the handler for, as a bit each.
@@ -159,7 +167,7 @@ impl Signals {
 }
 
 /// Reads what the pipe holds onto `arrived`; `WouldBlock` when it holds nothing.
-fn read_arrivals(read: &OwnedFd, arrived: &mut VecDeque<Signal>) -> io::Result<()> {
+fn read_arrivals(read: &ReadEnd, arrived: &mut VecDeque<Signal>) -> io::Result<()> {
     let mut bytes = [0u8; 64];
     let n = loop {
         // SAFETY: reads into a local buffer of the length given.
