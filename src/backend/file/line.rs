@@ -244,10 +244,16 @@ impl Line {
     }
 
     /// Wakes `entry`'s owner (a `--supersede` waiter that a newer one replaces): its ticket
-    /// file's times change, which it watches.
+    /// file's times change, which it watches (`IN_ATTRIB`). Both times: the kernel reports a
+    /// change of the modification time alone as a write (`IN_MODIFY`), which nobody watches, as
+    /// every heartbeat is one.
     pub fn poke(&self, entry: &Entry) {
         if let Ok(Some(file)) = self.dir.open_existing(&entry.file_name()) {
-            let _ = file.set_modified(std::time::SystemTime::now());
+            let now = std::time::SystemTime::now();
+            let times = std::fs::FileTimes::new()
+                .set_accessed(now)
+                .set_modified(now);
+            let _ = file.set_times(times);
         }
     }
 

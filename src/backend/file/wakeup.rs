@@ -364,6 +364,35 @@ mod tests {
         assert_woken_only_once_gone(&mut wakeup, holder).await;
     }
 
+    /// A newer `--supersede` waiter's poke wakes the older one at once, not at its re-check; the
+    /// waiter's own heartbeat, written to the same file, does not.
+    #[tokio::test]
+    async fn a_poke_wakes_the_waiter_whose_ticket_it_is_and_its_heartbeat_does_not() {
+        use super::super::line::Line;
+        use super::super::state_dir::StateDir;
+        use crate::backend::{HolderInfo, Mode};
+        use crate::name::LockName;
+        let (_tmp, state) = StateDir::temporary();
+        let name = LockName::parse("n").unwrap();
+        let line = Line::open(&state, &name).unwrap();
+        let record = HolderInfo::current(None, Mode::Exclusive);
+        let mut older = line
+            .join(&state, &name, Mode::Exclusive, true, &record)
+            .unwrap()
+            .expect("a free ticket counter");
+        let own = line.dir.path().join(older.entry.file_name());
+        let mut wakeup = Wakeup::new(HashSet::new(), Wanted::Free).unwrap();
+        assert!(wakeup.watch_files(&[], Some(&own)).unwrap());
+        older.beat().unwrap();
+        let early = tokio::time::timeout(Duration::from_millis(200), wakeup.woken()).await;
+        assert!(early.is_err(), "woken by its own heartbeat");
+        line.poke(&older.entry);
+        tokio::time::timeout(Duration::from_secs(5), wakeup.woken())
+            .await
+            .expect("woken by the poke")
+            .unwrap();
+    }
+
     #[tokio::test]
     async fn a_ticket_already_gone_means_look_again_at_once() {
         let dir = tempfile::tempdir().unwrap();
