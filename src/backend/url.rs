@@ -134,6 +134,15 @@ impl Url {
                 encoded(bad)
             ));
         }
+        if let Some(info) = userinfo
+            && !escapes_are_whole(info)
+        {
+            return Err(
+                "the user or password holds a % that does not start a %XX escape: \
+                        write % as %25"
+                    .into(),
+            );
+        }
         if after.contains('#') {
             return Err("a URL fragment (#…) is not allowed; write # in a value as %23".into());
         }
@@ -143,6 +152,16 @@ impl Url {
             Some((path, query)) => (path, query),
             None => (tail, ""),
         };
+        if !escapes_are_whole(path) {
+            return Err(
+                "the path holds a % that does not start a %XX escape: write % as %25".into(),
+            );
+        }
+        if !escapes_are_whole(query) {
+            return Err(
+                "an option holds a % that does not start a %XX escape: write % as %25".into(),
+            );
+        }
         let hosts = if authority.is_empty() {
             Vec::new()
         } else {
@@ -332,6 +351,10 @@ fn parse_host_port(text: &str, after_userinfo: bool) -> Result<HostPort, String>
         true => format!("endpoint {text:?}"),
         false => "an endpoint".to_owned(),
     };
+    let credentials_hint = match after_userinfo || !text.contains(':') {
+        true => "",
+        false => " (a user and password go before an @, as in USER:PASSWORD@HOST)",
+    };
     let (host, port) = if let Some(rest) = text.strip_prefix('[') {
         let (inside, after) = rest
             .split_once(']')
@@ -344,24 +367,36 @@ fn parse_host_port(text: &str, after_userinfo: bool) -> Result<HostPort, String>
                     .ok_or_else(|| format!("{endpoint}: expected :PORT after the IPv6 address"))?,
             ),
         };
+        // An IPv6 address, with an optional `%zone`.
+        let valid = inside.contains(':')
+            && inside.bytes().all(|b| {
+                b.is_ascii_alphanumeric() || matches!(b, b':' | b'.' | b'%' | b'-' | b'_')
+            });
+        if !valid {
+            return Err(format!("{endpoint}: no IPv6 address inside [ ]"));
+        }
         (format!("[{inside}]"), port)
     } else {
-        match text.rsplit_once(':') {
-            Some((host, port)) => (host.to_owned(), Some(port)),
-            None => (text.to_owned(), None),
+        let (host, port) = match text.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (text, None),
+        };
+        // A name or an IPv4 address: a `:` left in it is a second port, or an IPv6 address
+        // without its brackets; either way, not something to look up by name.
+        if host.contains(':') && after_userinfo {
+            return Err(format!(
+                "{endpoint}: more than one :PORT (write an IPv6 address as [ADDRESS]:PORT)"
+            ));
         }
+        let valid = !host.is_empty()
+            && host
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'));
+        if !valid {
+            return Err(format!("{endpoint} has no valid host{credentials_hint}"));
+        }
+        (host.to_owned(), port)
     };
-    let valid_host = !host.is_empty()
-        && host.bytes().all(|b| {
-            b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_' | b'[' | b']' | b':' | b'%')
-        });
-    let credentials_hint = match after_userinfo || !text.contains(':') {
-        true => "",
-        false => " (a user and password go before an @, as in USER:PASSWORD@HOST)",
-    };
-    if !valid_host {
-        return Err(format!("{endpoint} has no valid host{credentials_hint}"));
-    }
     let port = match port {
         None => None,
         Some(p) => Some(p.parse::<u16>().ok().filter(|&p| p > 0).ok_or_else(
@@ -374,8 +409,19 @@ fn parse_host_port(text: &str, after_userinfo: bool) -> Result<HostPort, String>
     Ok(HostPort { host, port })
 }
 
-/// `%XX` escapes decoded (a `+` stays a `+`, as libpq and redis-cli read it); malformed escapes
-/// are kept as written.
+/// Whether every `%` in `text` starts a `%XX` escape (two hex digits), as a URL's credentials,
+/// path and options must: a stray one is refused rather than guessed at, as libpq does.
+fn escapes_are_whole(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    bytes.iter().enumerate().all(|(i, &b)| {
+        b != b'%'
+            || (bytes.get(i + 1).is_some_and(u8::is_ascii_hexdigit)
+                && bytes.get(i + 2).is_some_and(u8::is_ascii_hexdigit))
+    })
+}
+
+/// `%XX` escapes decoded (a `+` stays a `+`, as libpq and redis-cli read it); [`Url::split`] has
+/// refused malformed escapes, which elsewhere are kept as written.
 pub fn decode(raw: &str) -> String {
     percent_decode_str(raw).decode_utf8_lossy().into_owned()
 }
@@ -540,6 +586,14 @@ mod tests {
             "zk://app:hunter2/x/y",
             "redis://[:hunter2",
             "hunter2",
+            // A second port, a bracketless IPv6 address, malformed %-escapes.
+            "redis://u:hunter2@127.0.0.1:1:1",
+            "redis://u:hunter2@::1:6379",
+            "redis://u:hunter2@[zz]:1",
+            "redis://u:hunter2%ZZ@h:1",
+            "redis://u:%zzhunter2%@h:1",
+            "postgres://u:hunter2@h/db%",
+            "postgres://u@h/db?password=hunter2%G1",
         ] {
             for lone in [LoneUserinfo::User, LoneUserinfo::Password] {
                 let err = Url::split(raw, lone).map(|_| ()).unwrap_err();
