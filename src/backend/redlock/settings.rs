@@ -5,6 +5,9 @@
 //! query options, no TLS. An odd N is recommended: an even one tolerates no more failed masters
 //! than the odd number below it.
 
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
 use async_trait::async_trait;
 
 use super::line::Redlock;
@@ -45,11 +48,14 @@ impl Settings {
                 port: Some(host.port.unwrap_or(DEFAULT_PORT)),
             })
             .collect();
-        for (i, master) in masters.iter().enumerate() {
-            if masters[..i].contains(master) {
+        let spelled: Vec<(String, u16)> = masters.iter().map(spelling).collect();
+        for (i, master) in spelled.iter().enumerate() {
+            if let Some(before) = spelled[..i].iter().position(|other| other == master) {
                 return Err(format!(
-                    "master {} is named twice: each of the N masters must be a server of its own",
-                    master.with_default(DEFAULT_PORT)
+                    "masters {} and {} are the same server: each of the N masters must be a \
+                     server of its own",
+                    masters[before].with_default(DEFAULT_PORT),
+                    masters[i].with_default(DEFAULT_PORT)
                 ));
             }
         }
@@ -64,6 +70,60 @@ impl Settings {
     }
 }
 
+/// A master as the server it names, as far as the text tells: a host name in lower case (names
+/// are case-blind), an address in its one canonical form (`[::ffff:127.0.0.1]` is `127.0.0.1`).
+fn spelling(master: &HostPort) -> (String, u16) {
+    let host = match master.bare_host().parse::<IpAddr>() {
+        Ok(address) => address.to_canonical().to_string(),
+        Err(_) => master.host.to_ascii_lowercase(),
+    };
+    (host, master.port.unwrap_or(DEFAULT_PORT))
+}
+
+/// How long looking up the masters' names may take before the check is left to the rounds.
+const LOOKUP_LIMIT: Duration = Duration::from_secs(2);
+
+/// Refuses masters that are one server under two names (`localhost:6379` and `127.0.0.1:6379`):
+/// its vote would count twice, and a quorum could stand on fewer servers than it says. Looks up
+/// only masters named by a host name, all at once; a name that does not resolve now is left to
+/// the rounds, which report it as an unreachable master.
+async fn refuse_one_server_twice(masters: &[HostPort]) -> Result<(), BackendError> {
+    if masters
+        .iter()
+        .all(|m| m.bare_host().parse::<IpAddr>().is_ok())
+    {
+        return Ok(());
+    }
+    let lookups = masters.iter().map(|master| async move {
+        let port = master.port.unwrap_or(DEFAULT_PORT);
+        let found = tokio::time::timeout(
+            LOOKUP_LIMIT,
+            tokio::net::lookup_host((master.bare_host(), port)),
+        )
+        .await;
+        match found {
+            Ok(Ok(addresses)) => addresses
+                .map(|a| SocketAddr::new(a.ip().to_canonical(), a.port()))
+                .collect(),
+            _ => Vec::new(),
+        }
+    });
+    let reached: Vec<Vec<SocketAddr>> = futures_util::future::join_all(lookups).await;
+    for (i, addresses) in reached.iter().enumerate() {
+        for (before, earlier) in reached[..i].iter().enumerate() {
+            if let Some(shared) = addresses.iter().find(|a| earlier.contains(a)) {
+                return Err(BackendError::Unsupported(format!(
+                    "redlock masters {} and {} are the same server (both reach {shared}): each \
+                     of the N masters must be a server of its own",
+                    masters[before].with_default(DEFAULT_PORT),
+                    masters[i].with_default(DEFAULT_PORT)
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
 #[async_trait]
 impl crate::backend::Settings for Settings {
     fn forms(&self) -> &UrlForms {
@@ -71,6 +131,7 @@ impl crate::backend::Settings for Settings {
     }
 
     async fn open(&self) -> Result<Box<dyn Backend>, BackendError> {
+        refuse_one_server_twice(&self.masters).await?;
         let masters = self
             .masters
             .iter()
@@ -84,6 +145,24 @@ impl crate::backend::Settings for Settings {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `localhost` and `127.0.0.1` are told apart only by looking the name up; the ports are
+    /// never connected to.
+    #[tokio::test]
+    async fn one_server_under_two_names_is_refused_at_open() {
+        let url = "redlock://:hunter2@127.0.0.1:1,127.0.0.2:1,localhost:1";
+        let settings = Settings::parse(url).unwrap();
+        let err = refuse_one_server_twice(&settings.masters)
+            .await
+            .unwrap_err();
+        let err = err.to_string();
+        assert!(
+            err.contains("127.0.0.1:1 and localhost:1") && !err.contains("hunter2"),
+            "{err}"
+        );
+        let distinct = Settings::parse("redlock://localhost:1,localhost:2,localhost:3").unwrap();
+        refuse_one_server_twice(&distinct.masters).await.unwrap();
+    }
     use crate::backend::url::refused_without_password;
 
     #[test]
@@ -103,6 +182,8 @@ mod tests {
 
     #[test]
     fn refuses_fewer_than_three_masters_and_the_same_master_twice() {
+        let err = Settings::parse("redlock://:hunter2@Cache-1:7,b:1,cache-1:7").unwrap_err();
+        assert!(err.contains("Cache-1:7 and cache-1:7"), "{err}");
         refused_without_password(
             Settings::parse,
             &[
@@ -110,6 +191,8 @@ mod tests {
                 "redlock://a:1,b:1",
                 "redlock://a:1,b:1,a:1",
                 "redlock://a,b,a:6379",
+                "redlock://localhost:1,b:1,LOCALHOST:1",
+                "redlock://127.0.0.1:1,b:1,[::ffff:127.0.0.1]:1",
                 "redlock://a:1,b:1,c:1/2",
                 "redlock://a:1,b:1,c:1?tls=1",
                 "redlock://",
