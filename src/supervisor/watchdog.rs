@@ -6,7 +6,7 @@
 //! children would run on beside the next holder. So before the command starts, lockrun forks the
 //! watchdog — while it waits for the lock, or for the server's answer, when it has to (see
 //! [`Standby`]: then the fork is not between the lock being won and the command starting), else
-//! just before the command — in a session of its own (a kill of lockrun's process group spares
+//! just before the command — in a process group of its own (a kill of lockrun's group spares
 //! it). The watchdog keeps only the read end of a pipe, and a waiter's inotify instance (see
 //! [`leave_last_close`]): every other descriptor is closed at once, so it never keeps the lock, a
 //! backend connection or the terminal. The command stores its own process group, before its
@@ -468,6 +468,10 @@ fn send_cgroup(pipe: &OwnedFd, dir: &std::path::Path) -> bool {
 /// The watchdog's whole life: read messages until "disarm" (exit quietly) or end of file
 /// (lockrun died: kill everything it was told of), then `_exit`.
 ///
+/// Most lives are one message, the disarm: this frame stays small, and the buffers for the pids
+/// and the cgroup (20 KiB, whose pages a fresh stack faults in one by one, and which `Tree::new`
+/// zeroes) are made only in [`follow`], on the first other message or at lockrun's death.
+///
 /// # Safety
 /// Runs in a freshly forked child of a possibly multi-threaded process: it must only make
 /// async-signal-safe calls, allocate nothing, and never return.
@@ -484,16 +488,48 @@ unsafe fn watch(pipe: RawFd, lockrun: i32, inherited: RawFd, told: GroupSlot) ->
         // fair share at once: batch is a normal priority, without the wake-up preemption.
         let batch = libc::sched_param { sched_priority: 0 };
         libc::sched_setscheduler(0, libc::SCHED_BATCH, &batch);
-        // A session of its own: a kill of lockrun's process group (a CI runner ending a job, a
-        // shell's `kill -9 -PGID`) must not take the watchdog along with lockrun.
-        libc::setsid();
+        // A process group of its own: a kill of lockrun's group (a CI runner ending a job, a
+        // shell's `kill -9 -PGID`) must not take the watchdog along with lockrun. Not a session
+        // of its own: `setsid` also made a scheduling autogroup, a fifth of the watchdog's whole
+        // cost, and with every signal blocked a terminal's hangup cannot reach it anyway.
+        libc::setpgid(0, 0);
         close_all_but([pipe, inherited]);
+        let mut message = [0u8; MESSAGE];
+        let first = match read_exactly(pipe, &mut message) {
+            true if message[0] == TAG_DISARM => libc::_exit(0),
+            true => Some(message),
+            false => None,
+        };
+        follow(pipe, lockrun, told, first)
+    }
+}
+
+/// The rest of a life in which lockrun said more than "disarm" (`first`, read already), or died
+/// without a word (`first` is `None`): keeps what it is told, and stops the command's tree when
+/// the pipe closes without a disarm.
+///
+/// # Safety
+/// As [`watch`], which it continues.
+#[inline(never)]
+unsafe fn follow(pipe: RawFd, lockrun: i32, told: GroupSlot, first: Option<[u8; MESSAGE]>) -> ! {
+    // SAFETY (whole body): plain system calls on values owned by this stack frame.
+    unsafe {
         let mut tree = Tree::new();
         // The cgroup's path, then room for `/cgroup.kill` and the terminating NUL.
         let mut cgroup = [0u8; MAX_CGROUP_PATH + CGROUP_KILL.len()];
         let mut cgroup_len = 0usize;
-        let mut message = [0u8; MESSAGE];
-        while read_exactly(pipe, &mut message) {
+        let mut pending = first;
+        loop {
+            let message = match pending.take() {
+                Some(message) => message,
+                None => {
+                    let mut message = [0u8; MESSAGE];
+                    if !read_exactly(pipe, &mut message) {
+                        break;
+                    }
+                    message
+                }
+            };
             let value = i32::from_ne_bytes([message[1], message[2], message[3], message[4]]);
             match message[0] {
                 TAG_DISARM => libc::_exit(0),
