@@ -495,3 +495,35 @@ fn a_release_wakes_a_waiter_behind_more_slots_than_are_watched_one_by_one() {
         "the fastest of three handoffs took {fastest:?}"
     );
 }
+
+/// Guards the order of a semaphore's line: with `--limit 2`, one slot held for the whole test and
+/// one let go, the freed slot goes to the waiter that came first. Letting every waiter with fewer
+/// than `--limit` ahead try made the two race for it, and the later one won about half the time
+/// (each round here is a new race; the first waiter's command outlasts the second's start).
+#[test]
+fn a_freed_slot_goes_to_the_waiter_that_came_first() {
+    let env = Scene::file();
+    let limit = ["--limit", "2"];
+    let mut long = env.hold("pool", "long", &limit);
+    for round in 0..4 {
+        let mut short = env.hold("pool", &format!("short{round}"), &limit);
+        let order = env.path(&format!("order{round}"));
+        let first = format!("echo first >> {}; sleep 0.3", order.display());
+        let mut first = env.waiter("pool", &limit, &first);
+        env.wait_waiters("pool", 1);
+        let second = format!("echo second >> {}", order.display());
+        let mut second = env.waiter("pool", &limit, &second);
+        env.wait_waiters("pool", 2);
+        assert_eq!(code(&short.finish()), 0);
+        for waiter in [&mut first, &mut second] {
+            let out = waiter.wait(SOON);
+            assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+        }
+        let served = std::fs::read_to_string(&order).unwrap();
+        assert_eq!(
+            served, "first\nsecond\n",
+            "round {round}: served out of order"
+        );
+    }
+    assert_eq!(code(&long.finish()), 0);
+}

@@ -308,7 +308,7 @@ impl FileBackend {
             // A newer --supersede waiter pokes this ticket.
             let own = place.entry.supersede.then_some(own_ticket.as_path());
             let mut watched: Vec<std::path::PathBuf> = Vec::new();
-            let pause = match line.look(place, request.limit)? {
+            let pause = match line.look(place)? {
                 Verdict::Superseded(newer) => {
                     let by = line.waiter(&newer).unwrap_or_else(HolderInfo::unknown);
                     break Took::Not(Acquired::Superseded(by));

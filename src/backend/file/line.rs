@@ -12,11 +12,15 @@
 //! and locked: it is written under a temporary name and renamed into place. Tickets come from the
 //! counter file `NAME.tickets`, under its lock.
 //!
-//! The rules are the same as on every backend: an exclusive waiter may try for a slot when fewer
-//! live waiters are ahead of it than `--limit`; a shared waiter when no live exclusive waiter is
-//! ahead of it. A waiter that may not try yet watches only the tickets that stand in its way (the
-//! last `--limit` ahead, or the last exclusive one ahead), so one leaving wakes only its
-//! followers, never the whole line.
+//! The rules: an exclusive waiter may try for a slot when no live waiter is ahead of it; a shared
+//! waiter when no live exclusive waiter is ahead of it. The networked backends let an exclusive
+//! waiter try while fewer than `--limit` are ahead, as their server takes a slot only when fewer
+//! waiters are ahead than slots are free; kernel locks cannot count the free slots in the same
+//! step, so waiters allowed to try together raced for one freed slot, and a later one could win
+//! it. Here the slots a release frees go to the waiters one after another: each leaves the line
+//! once its command has started, which lets the next one try. A waiter that may not try yet
+//! watches only the ticket that stands in its way (the last one ahead, or the last exclusive one
+//! ahead), so one leaving wakes only its follower, never the whole line.
 //!
 //! A joining waiter keeps the counter's lock until its ticket file is in place, so a ticket file
 //! never appears behind one with a higher ticket. The tickets ahead of a waiter can therefore
@@ -291,7 +295,7 @@ impl Line {
     /// Whether it is `place`'s turn under the rules (see the module), what stands in its way if
     /// not, and whether a newer `--supersede` waiter replaced it. Looks only at the tickets
     /// nearest to `place` among those ahead of it, forgetting those that went.
-    pub fn look(&self, place: &mut Place, limit: u32) -> io::Result<Verdict> {
+    pub fn look(&self, place: &mut Place) -> io::Result<Verdict> {
         let me = place.entry.ticket;
         let floor = self.floor();
         let below_floor = place.ahead.partition_point(|e| e.ticket < floor);
@@ -311,10 +315,6 @@ impl Line {
             Mode::Exclusive => true,
             Mode::Shared => entry.mode == Mode::Exclusive,
         };
-        let wanted = match place.entry.mode {
-            Mode::Exclusive => limit as usize,
-            Mode::Shared => 1,
-        };
         let mut blocking = Vec::new();
         let mut gone = Vec::new();
         for (index, entry) in place.ahead.iter().enumerate().rev() {
@@ -326,15 +326,13 @@ impl Line {
                 continue;
             }
             blocking.push(entry.file_name());
-            if blocking.len() >= wanted {
-                break;
-            }
+            break;
         }
         // `gone` holds indexes from the back, so each removal leaves the others in place.
         for index in gone {
             place.ahead.remove(index);
         }
-        if blocking.len() >= wanted {
+        if !blocking.is_empty() {
             return Ok(Verdict::Behind(blocking));
         }
         // An exclusive waiter checks every ticket ahead: none left means all below it are gone.
@@ -469,22 +467,23 @@ mod tests {
         let mut r1 = join(Mode::Shared);
         let mut w1 = join(Mode::Exclusive);
         let mut r2 = join(Mode::Shared);
-        assert_eq!(line.look(&mut r1, 1).unwrap(), Verdict::Turn);
+        assert_eq!(line.look(&mut r1).unwrap(), Verdict::Turn);
         assert_eq!(
-            line.look(&mut w1, 1).unwrap(),
+            line.look(&mut w1).unwrap(),
             Verdict::Behind(vec![r1.entry.file_name()])
         );
         assert_eq!(
-            line.look(&mut r2, 1).unwrap(),
+            line.look(&mut r2).unwrap(),
             Verdict::Behind(vec![w1.entry.file_name()])
         );
         line.leave(r1);
-        assert_eq!(line.look(&mut w1, 1).unwrap(), Verdict::Turn);
-        // With --limit 2, one waiter ahead is fine.
+        assert_eq!(line.look(&mut w1).unwrap(), Verdict::Turn);
+        // Whatever the --limit, an exclusive waiter waits for everyone ahead (slots freed one at
+        // a time go in turn), watching the last one.
         let mut w2 = join(Mode::Exclusive);
         assert_eq!(
-            line.look(&mut w2, 2).unwrap(),
-            Verdict::Behind(vec![r2.entry.file_name(), w1.entry.file_name()])
+            line.look(&mut w2).unwrap(),
+            Verdict::Behind(vec![r2.entry.file_name()])
         );
     }
 
@@ -503,7 +502,7 @@ mod tests {
         let mut d = join();
         line.leave(b);
         assert_eq!(
-            line.look(&mut c, 1).unwrap(),
+            line.look(&mut c).unwrap(),
             Verdict::Behind(vec![a.entry.file_name()])
         );
         assert_eq!(
@@ -521,12 +520,12 @@ mod tests {
         let file = line.dir.create_new(&impossible.file_name()).unwrap();
         file.lock().unwrap();
         line.leave(a);
-        assert_eq!(line.look(&mut c, 1).unwrap(), Verdict::Turn);
+        assert_eq!(line.look(&mut c).unwrap(), Verdict::Turn);
         assert!(c.ahead.is_empty());
         // Nobody is left ahead of c: the floor says so, and d drops a and b without a look.
         assert_eq!(line.floor(), c.entry.ticket);
         assert_eq!(
-            line.look(&mut d, 1).unwrap(),
+            line.look(&mut d).unwrap(),
             Verdict::Behind(vec![c.entry.file_name()])
         );
         assert_eq!(d.ahead, std::slice::from_ref(&c.entry));
@@ -565,7 +564,7 @@ mod tests {
             .unwrap()
             .expect("a free ticket counter");
         assert_eq!(
-            line.look(&mut me, 1).unwrap(),
+            line.look(&mut me).unwrap(),
             Verdict::Behind(vec![old.entry.file_name()])
         );
         assert!(
@@ -581,7 +580,7 @@ mod tests {
             .unwrap()
             .expect("a free ticket counter");
         assert_eq!(
-            line.look(&mut old, 1).unwrap(),
+            line.look(&mut old).unwrap(),
             Verdict::Superseded(newer.entry.file_name())
         );
     }
