@@ -119,12 +119,21 @@ pub fn a_waiting_writer_goes_before_later_readers<F: Fixture>() {
     assert_eq!(status["held"], false, "{status}");
 }
 
-/// Guards against shared holders shown without their mode, and a crashed reader whose share
-/// outlives it by more than a lease (a kernel lock: not at all).
+/// Guards against shared holders shown without their mode or in a slot other than the one
+/// their command was given (readers share slot 0), and a crashed reader whose share outlives it
+/// by more than a lease (a kernel lock: not at all).
 pub fn status_shows_modes_and_a_crashed_reader_frees_its_share<F: Fixture>() {
     let fx = F::start();
     let s = Scene::new(fx.url());
-    let reader = s.hold("shares", "r", &["--shared", "--ttl", F::TTL]);
+    let shared = ["--shared", "--ttl", F::TTL];
+    let reader = s.hold("shares", "r", &shared);
+    let mut second = s.hold("shares", "r2", &shared);
+    let status = s.wait_held("shares", 2);
+    for holder in status["holders"].as_array().unwrap() {
+        assert_eq!(holder["mode"], "shared", "{status}");
+        assert_eq!(holder["slot"], 0, "{status}");
+    }
+    assert_eq!(code(&second.finish()), 0);
     let status = s.wait_held("shares", 1);
     assert_eq!(status["holders"][0]["mode"], "shared", "{status}");
     let mut writer = s.waiter("shares", &["--ttl", F::TTL], "touch wrote");

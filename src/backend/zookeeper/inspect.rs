@@ -79,11 +79,9 @@ impl View {
                 queue.push(WaiterStatus::new(info));
                 continue;
             }
-            let slot = self
-                .slots
-                .get(&read.contender.node)
-                .copied()
-                .unwrap_or(u32::try_from(holders.len()).unwrap_or(0));
+            // A holder claims a slot znode only with `--limit` above 1; without one (an
+            // exclusive holder, every shared one) its command was given slot 0.
+            let slot = self.slots.get(&read.contender.node).copied().unwrap_or(0);
             let token = u64::try_from(read.stat.czxid).unwrap_or(0);
             holders.push(HolderStatus::new(info, token, slot, ttl));
         }
