@@ -155,6 +155,11 @@ impl BackendSpec {
     /// Checks that every local file the URL names can be read; the error is a usage message.
     pub fn check_files(&self) -> Result<(), String> {
         for (option, path) in self.settings().files() {
+            if path.as_os_str().is_empty() {
+                return Err(format!(
+                    "{option}= of --backend is empty: it takes a file's path"
+                ));
+            }
             if let Err(e) = std::fs::File::open(path) {
                 return Err(format!(
                     "cannot read the {option}= file {} of --backend: {}",
@@ -199,6 +204,16 @@ pub fn default_state_dir() -> Result<PathBuf, String> {
 mod tests {
     use super::*;
     use crate::backend::url::refused_without_password;
+
+    #[test]
+    fn a_file_option_names_its_problem() {
+        let check = |raw: &str| BackendSpec::parse(raw).unwrap().check_files().unwrap_err();
+        let err = check("etcd://u:hunter2@h:1?cacert=");
+        assert_eq!(err, "cacert= of --backend is empty: it takes a file's path");
+        let err = check("etcd://u:hunter2@h:1?cacert=/nonexistent/ca.pem");
+        assert!(err.contains("cacert= file /nonexistent/ca.pem"), "{err}");
+        assert!(!err.contains("hunter2"), "{err}");
+    }
 
     #[test]
     fn parses_each_scheme() {
