@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::Output;
 
 use crate::support::asserts::{assert_hidden, assert_one_line, assert_said};
-use crate::support::lockrun::{lockrun, output};
+use crate::support::lockrun::{BIN, lockrun, output};
 use crate::support::scene::Scene;
 use crate::support::tools::chmod;
 use crate::support::wait::{code, text};
@@ -117,6 +117,32 @@ fn passwords_in_bad_urls_are_not_echoed() {
         assert_eq!(code(&out), 64);
         assert_hidden(&text(&out.stderr), &["hunter2"]);
     }
+}
+
+/// Guards against a nested run that takes the enclosing lockrun's `LOCKRUN_NAME` (which the
+/// contract also makes the `--name` variable) as its own name: it waited for its parent forever.
+#[test]
+fn a_nested_run_does_not_take_the_enclosing_lease_as_its_name() {
+    let env = Scene::file();
+    let inner = format!("{} -b {} -w 2 -- touch inner", BIN, env.url());
+    let out = env.run(["--name", "outer", "--", "sh", "-c", &inner]);
+    assert_eq!(code(&out), 64, "{}", text(&out.stderr));
+    let said = text(&out.stderr);
+    assert!(
+        said.contains("missing --name") && said.contains("runs under"),
+        "{said}"
+    );
+    assert_eq!(said.lines().count(), 1, "{said}");
+    assert!(!env.path("inner").exists());
+    // With a name of its own it runs, and its command is told that name.
+    let inner = format!(
+        "{} -b {} --name inner -- sh -c 'echo $LOCKRUN_NAME'",
+        BIN,
+        env.url()
+    );
+    let out = env.run(["--name", "outer", "--", "sh", "-c", &inner]);
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "inner\n");
 }
 
 #[test]

@@ -18,6 +18,12 @@ pub const MISSING_COMMAND: &str =
 /// The message for a run form without `--name`.
 const MISSING_NAME: &str =
     "missing --name: give the lease's name, as in lockrun --name NAME -- ./job.sh";
+/// The message for a run form without `--name` inside another lockrun's command.
+const MISSING_NAME_NESTED: &str = "missing --name: LOCKRUN_NAME here is the lease of the lockrun \
+     this command runs under, not a setting; give this run its own, as in lockrun --name NAME -- \
+     ./step.sh";
+/// Set by lockrun only, for its command (with `LOCKRUN_NAME`): see [`forget_the_enclosing_name`].
+const COMMAND_MARK: &str = "LOCKRUN_TTL_MS";
 
 /// What parsing the command line came to.
 pub enum Parsed {
@@ -31,6 +37,7 @@ pub enum Parsed {
 /// exclusive options wins); every error is one line (exit 64).
 pub fn parse(args: Vec<OsString>) -> Result<Parsed, Error> {
     forget_empty_variables();
+    forget_the_enclosing_name();
     no_value_taken_from_the_separator(&args)?;
     let parsed = Cli::command()
         .try_get_matches_from(&args)
@@ -61,6 +68,17 @@ fn forget_empty_variables() {
         // SAFETY: called first thing in `main`, before the runtime or any other thread exists,
         // so nothing can read the environment concurrently.
         unsafe { std::env::remove_var(key) };
+    }
+}
+
+/// Inside a lockrun's command, `LOCKRUN_NAME` is the name of the lease that lockrun holds, set
+/// together with `LOCKRUN_TTL_MS`, which nothing else sets: a nested `lockrun -- step` that took
+/// it as its `--name` would wait for its own parent forever. There it is not read as a setting;
+/// a nested run without `--name` is then told why it needs one.
+fn forget_the_enclosing_name() {
+    if std::env::var_os(COMMAND_MARK).is_some() {
+        // SAFETY: as in `forget_empty_variables`, before any other thread exists.
+        unsafe { std::env::remove_var("LOCKRUN_NAME") };
     }
 }
 
@@ -225,7 +243,10 @@ fn usage_message(e: &clap::Error, args: &[OsString]) -> String {
     if e.kind() == ErrorKind::MissingRequiredArgument && subcommand.is_none() {
         let missing = missing_args(e);
         if missing.iter().any(|a| a.starts_with("--name")) {
-            return MISSING_NAME.to_owned();
+            return match std::env::var_os(COMMAND_MARK) {
+                Some(_) => MISSING_NAME_NESTED.to_owned(),
+                None => MISSING_NAME.to_owned(),
+            };
         }
         if missing.iter().any(|a| a.contains("<COMMAND>")) {
             return MISSING_COMMAND.to_owned();
