@@ -331,13 +331,15 @@ impl LockStatus {
         }
     }
 
-    /// A status from its holders and waiters; `held` and `waiters` follow from them.
+    /// A status from its holders and waiters; `held` and `waiters` follow from them. Holders are
+    /// listed oldest first (by token), whatever order the backend found them in.
     pub fn new(
         name: &LockName,
         limit: u32,
-        holders: Vec<HolderStatus>,
+        mut holders: Vec<HolderStatus>,
         queue: Vec<WaiterStatus>,
     ) -> Self {
+        holders.sort_by_key(|holder| holder.token);
         LockStatus {
             name: name.to_string(),
             held: !holders.is_empty(),
@@ -403,5 +405,22 @@ impl WaiterStatus {
             since: info.acquired_at,
             mode: info.mode,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn holders_are_listed_oldest_first_whatever_the_backend_found() {
+        let name = LockName::parse("n").unwrap();
+        let holder = |token| {
+            let info = HolderInfo::current(None, Mode::Shared);
+            HolderStatus::new(info, token, 0, Duration::from_secs(1))
+        };
+        let status = LockStatus::new(&name, 1, vec![holder(9), holder(4), holder(7)], vec![]);
+        let tokens: Vec<u64> = status.holders.iter().map(|h| h.token).collect();
+        assert_eq!(tokens, [4, 7, 9]);
     }
 }
