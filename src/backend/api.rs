@@ -221,11 +221,16 @@ pub enum BackendError {
 }
 
 impl BackendError {
-    /// `endpoint` did not accept a connection within `limit`.
+    /// No connection to `endpoint` was ready within `limit`: nothing accepted it, or the server
+    /// accepted and never answered the first request (a frozen server), which the client's
+    /// handshake does not tell apart.
     pub fn no_connection_within(endpoint: &str, limit: Duration) -> Self {
         BackendError::Unreachable {
             endpoint: endpoint.to_owned(),
-            reason: format!("no connection within {}", crate::messages::duration(limit)),
+            reason: format!(
+                "no connection within {}: nothing accepted, or the server did not answer",
+                crate::messages::duration(limit)
+            ),
         }
     }
 
