@@ -230,7 +230,7 @@ impl Url {
             user,
             password,
             hosts,
-            path: decode(path.trim_start_matches('/')),
+            path: decode(path.strip_prefix('/').unwrap_or(path)),
             query,
             forms: UrlForms {
                 given: raw.to_owned(),

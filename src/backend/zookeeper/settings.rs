@@ -75,7 +75,7 @@ fn chroot(path: &str) -> Result<String, String> {
             s if s.chars().any(char::is_control) => "a control character",
             _ => continue,
         };
-        return Err(format!("chroot /{path:?} has {problem}"));
+        return Err(format!("chroot {:?} has {problem}", format!("/{path}")));
     }
     if path.split('/').next() == Some("zookeeper") {
         return Err("chroot /zookeeper is ZooKeeper's own".into());
@@ -123,6 +123,7 @@ mod tests {
                 "zk://u@h:1",
                 "zk://:hunter2@h:1",
                 "zk://u:hunter2@h:1/a//b",
+                "zk://u:hunter2@h:1//a",
                 "zk://u:hunter2@h:1/a/..",
                 "zk://u:hunter2@h:1/zookeeper",
                 "zk://u:hunter2@h:99999",
