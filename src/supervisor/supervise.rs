@@ -38,6 +38,9 @@ pub enum Outcome {
 
 /// Longest wait for the release after the command ended: the lease expires by itself anyway.
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
+/// The least time a lost lease's release is given, even past the lease's expiry: enough for a
+/// server that answers to confirm it (a forced release, a lease found taken).
+const LOST_RELEASE_FLOOR: Duration = Duration::from_millis(200);
 const MIN_RETRY: Duration = Duration::from_millis(20);
 /// How often the descendants of a stopped command are looked for.
 const SWEEP_INTERVAL: Duration = Duration::from_millis(20);
@@ -347,7 +350,19 @@ pub async fn supervise(
         });
     }
 
-    release(lease, timing).await;
+    // Once the lease is lost, a release still frees the name sooner where the server holds it,
+    // but not after it expires there: a frozen or unreachable server must not hold lockrun's
+    // exit (and the 76 its caller waits for) beyond that.
+    let mut release_limit = RELEASE_TIMEOUT.min(timing.ttl);
+    if let Some(Stopping {
+        cause: Cause::LeaseLost(_),
+        ..
+    }) = &keeper.stopping
+        && let Some(expiry) = keeper.expiry
+    {
+        release_limit = release_limit.min(expiry.remaining().max(LOST_RELEASE_FLOOR));
+    }
+    release(lease, release_limit).await;
     // From here on, whatever happens to lockrun, what the command left running is its own. The
     // lease goes back first: standing the watchdog down wakes it to exit (a process's teardown,
     // on a CPU the next holder may be waiting for) and, for a command moved into a cgroup, moves
@@ -400,8 +415,8 @@ async fn finish_stop(kill_at: Option<BootInstant>, child: &Child, timer: &mut Bo
 
 /// Gives the lease back (owner-checked by the backend), without letting a dead backend hold up
 /// lockrun's exit.
-async fn release(lease: Box<dyn Lease>, timing: Timing) {
-    match tokio::time::timeout(RELEASE_TIMEOUT.min(timing.ttl), lease.release()).await {
+async fn release(lease: Box<dyn Lease>, limit: Duration) {
+    match tokio::time::timeout(limit, lease.release()).await {
         Ok(Ok(())) => crate::info!("released"),
         Ok(Err(e)) => crate::warn!("release failed: {e}; the lease will expire by itself"),
         Err(_) => crate::warn!("release not answered; the lease will expire by itself"),

@@ -64,6 +64,16 @@ pub fn assert_stopped_by_stop_point(
     );
     let out = holder.exit();
     assert_eq!(code(&out), 76, "{}", text(&out.stderr));
+    // Nor does lockrun wait long past that for a release nobody answers: its caller waits for
+    // the 76.
+    let exited = Instant::now();
+    let lease_end = confirmed + timing.ttl;
+    assert!(
+        exited <= lease_end + Duration::from_secs(1),
+        "lockrun exited {:?} after its lease could have expired; it said:\n{}",
+        exited - lease_end,
+        text(&out.stderr)
+    );
 }
 
 /// The holder rode through a fault: its command still runs at `until` (past the lease the fault
