@@ -134,14 +134,11 @@ impl Url {
                 encoded(bad)
             ));
         }
-        if let Some(info) = userinfo
-            && !escapes_are_whole(info)
-        {
-            return Err(
-                "the user or password holds a % that does not start a %XX escape: \
-                        write % as %25"
-                    .into(),
-            );
+        let stray = |part: &str| {
+            format!("{part} holds a % that does not start a %XX escape: write % as %25")
+        };
+        if userinfo.is_some_and(|info| !escapes_are_whole(info)) {
+            return Err(stray("the user or password"));
         }
         if after.contains('#') {
             return Err("a URL fragment (#…) is not allowed; write # in a value as %23".into());
@@ -153,14 +150,10 @@ impl Url {
             None => (tail, ""),
         };
         if !escapes_are_whole(path) {
-            return Err(
-                "the path holds a % that does not start a %XX escape: write % as %25".into(),
-            );
+            return Err(stray("the path"));
         }
         if !escapes_are_whole(query) {
-            return Err(
-                "an option holds a % that does not start a %XX escape: write % as %25".into(),
-            );
+            return Err(stray("an option"));
         }
         let hosts = if authority.is_empty() {
             Vec::new()

@@ -145,6 +145,7 @@ impl crate::backend::Settings for Settings {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::url::refused_without_password;
 
     /// `localhost` and `127.0.0.1` are told apart only by looking the name up; the ports are
     /// never connected to.
@@ -163,7 +164,6 @@ mod tests {
         let distinct = Settings::parse("redlock://localhost:1,localhost:2,localhost:3").unwrap();
         refuse_one_server_twice(&distinct.masters).await.unwrap();
     }
-    use crate::backend::url::refused_without_password;
 
     #[test]
     fn reads_masters_and_credentials() {
