@@ -51,11 +51,17 @@ impl Settings {
         let spelled: Vec<(String, u16)> = masters.iter().map(spelling).collect();
         for (i, master) in spelled.iter().enumerate() {
             if let Some(before) = spelled[..i].iter().position(|other| other == master) {
+                let (earlier, later) = (&masters[before], &masters[i]);
+                let twice = match earlier == later {
+                    true => format!("master {} is named twice", later.with_default(DEFAULT_PORT)),
+                    false => format!(
+                        "masters {} and {} are the same server",
+                        earlier.with_default(DEFAULT_PORT),
+                        later.with_default(DEFAULT_PORT)
+                    ),
+                };
                 return Err(format!(
-                    "masters {} and {} are the same server: each of the N masters must be a \
-                     server of its own",
-                    masters[before].with_default(DEFAULT_PORT),
-                    masters[i].with_default(DEFAULT_PORT)
+                    "{twice}: each of the N masters must be a server of its own"
                 ));
             }
         }
@@ -184,6 +190,8 @@ mod tests {
     fn refuses_fewer_than_three_masters_and_the_same_master_twice() {
         let err = Settings::parse("redlock://:hunter2@Cache-1:7,b:1,cache-1:7").unwrap_err();
         assert!(err.contains("Cache-1:7 and cache-1:7"), "{err}");
+        let err = Settings::parse("redlock://a:7,b:1,a:7").unwrap_err();
+        assert!(err.contains("master a:7 is named twice"), "{err}");
         refused_without_password(
             Settings::parse,
             &[
