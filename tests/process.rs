@@ -825,9 +825,9 @@ fn what_a_long_command_forks_as_lockrun_dies_dies_too() {
 }
 
 /// Guards the watchdog against the usual way a job runner ends a job (invariant 8): SIGKILL to
-/// lockrun's whole process group, which is not the command's. The watchdog lives in a process
-/// group of its own, so it survives and stops the command, its child and a descendant that left
-/// its group at once — which a parent-death signal alone could not.
+/// lockrun's whole process group, which is not the command's. The watchdog lives in a session of
+/// its own, so it survives and stops the command, its child and a descendant that left its group
+/// at once — which a parent-death signal alone could not.
 #[test]
 fn killing_lockruns_process_group_stops_the_command_tree_too() {
     use std::os::unix::process::CommandExt;

@@ -6,7 +6,7 @@
 //! children would run on beside the next holder. So before the command starts, lockrun forks the
 //! watchdog — while it waits for the lock, or for the server's answer, when it has to (see
 //! [`Standby`]: then the fork is not between the lock being won and the command starting), else
-//! just before the command — in a process group of its own (a kill of lockrun's group spares
+//! just before the command — in a session of its own (a kill of lockrun's process group spares
 //! it). The watchdog keeps only the read end of a pipe, and a waiter's inotify instance (see
 //! [`leave_last_close`]): every other descriptor is closed at once, so it never keeps the lock, a
 //! backend connection or the terminal. The command stores its own process group, before its
@@ -488,11 +488,13 @@ unsafe fn watch(pipe: RawFd, lockrun: i32, inherited: RawFd, told: GroupSlot) ->
         // fair share at once: batch is a normal priority, without the wake-up preemption.
         let batch = libc::sched_param { sched_priority: 0 };
         libc::sched_setscheduler(0, libc::SCHED_BATCH, &batch);
-        // A process group of its own: a kill of lockrun's group (a CI runner ending a job, a
-        // shell's `kill -9 -PGID`) must not take the watchdog along with lockrun. Not a session
-        // of its own: `setsid` also made a scheduling autogroup, a fifth of the watchdog's whole
-        // cost, and with every signal blocked a terminal's hangup cannot reach it anyway.
-        libc::setpgid(0, 0);
+        // A session of its own: a kill of lockrun's process group (a CI runner ending a job, a
+        // shell's `kill -9 -PGID`) must not take the watchdog along with lockrun. A session, not
+        // only a group: where the kernel groups scheduling by session (autogroup), the watchdog
+        // then gets a share of its own, not a sliver of a session a busy command fills; a
+        // `setpgid` saved the autogroup's cost (about 20 µs a run) but, in a soak, left a
+        // disarmed watchdog waiting for the CPU after lockrun had gone.
+        libc::setsid();
         close_all_but([pipe, inherited]);
         let mut message = [0u8; MESSAGE];
         let first = match read_exactly(pipe, &mut message) {
