@@ -115,6 +115,11 @@ impl Error {
     pub fn internal(message: impl fmt::Display) -> Self {
         Error::Internal(message.to_string())
     }
+
+    /// An internal error: the operating system refused `what` (one line, its reason in lowercase).
+    pub fn os(what: &str, e: &std::io::Error) -> Self {
+        Error::Internal(format!("{what}: {}", crate::messages::io(e)))
+    }
 }
 
 /// How the command ended, as the status lockrun passes on.

@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::backend::{
     AcquireRequest, Acquired, Backend, HolderInfo, IntervalClaim, Lease, has_secret,
 };
-use crate::clock::BootInstant;
+use crate::clock::{BootInstant, BootTimer};
 use crate::config::RunConfig;
 use crate::exit::{self, Error};
 use crate::messages::duration;
@@ -23,8 +23,11 @@ const INTERVAL_LOOK_TIMEOUT: Duration = Duration::from_secs(3);
 /// Runs the command under the lease; returns the status lockrun exits with.
 pub async fn run(config: RunConfig) -> Result<u8, Error> {
     // Before waiting or spawning: a signal from now on is ours to handle, never lost.
-    let mut signals = supervisor::listen()
-        .map_err(|e| Error::internal(format!("cannot install signal handlers: {e}")))?;
+    let mut signals =
+        supervisor::listen().map_err(|e| Error::os("cannot install signal handlers", &e))?;
+    // The supervisor's clock, made before anything is taken: a system that refuses it (no
+    // descriptor left) ends the run here, not with the command already started.
+    let timer = BootTimer::new().map_err(|e| Error::os("cannot create a timer", &e))?;
     // Opening may wait on the server (a first request that checks it answers): a signal ends
     // that wait as it ends the wait for the lock.
     let backend = unless_signalled(config.backend.open(), &mut signals)
@@ -108,7 +111,7 @@ pub async fn run(config: RunConfig) -> Result<u8, Error> {
         release_unused(lease).await;
         return Err(e);
     }
-    run_command(lease, timing, &config, &mut signals, standby).await
+    run_command(lease, timing, &config, &mut signals, standby, timer).await
 }
 
 /// Waits for the lease, printing who holds it every `--progress`, until it is held, the wait
@@ -295,6 +298,7 @@ async fn run_command(
     config: &RunConfig,
     signals: &mut Signals,
     standby: Standby,
+    timer: BootTimer,
 ) -> Result<u8, Error> {
     let grant = lease.grant();
     let launch = Launch {
@@ -326,7 +330,7 @@ async fn run_command(
     };
     lease.started();
     crate::debug!("started the command as pid {}", child.pid());
-    match supervisor::supervise(lease, timing, config.timeout, &mut child, signals).await? {
+    match supervisor::supervise(lease, timing, config.timeout, &mut child, signals, timer).await? {
         Outcome::Exited(code) => Ok(code),
         // The supervisor has said why; only the status is left to give.
         Outcome::LeaseLost(_) => Ok(exit::LEASE_LOST),

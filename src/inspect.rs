@@ -119,6 +119,6 @@ fn print(text: &str) -> Result<u8, Error> {
         Ok(()) => Ok(0),
         // A closed pipe (`lockrun list | head -1`) is the reader's choice, not an error.
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(0),
-        Err(e) => Err(Error::internal(format!("cannot write to stdout: {e}"))),
+        Err(e) => Err(Error::os("cannot write to stdout", &e)),
     }
 }

@@ -9,7 +9,8 @@
 //! - [`readme`]: README.md's examples, run as written;
 //! - [`cli`], [`hostile_input`]: usage errors and fuzzed input; [`process`]: the command's life
 //!   (exit statuses, signals, descendants); [`clocks`]: wall-clock steps; [`drill`]: `lockrun
-//!   drill`; [`generated`]: completions and the man page are not stale;
+//!   drill`; [`generated`]: completions and the man page are not stale; [`starved`]: a system
+//!   that refuses descriptors or processes;
 //! - [`support`]: what they share.
 
 mod support;
@@ -31,4 +32,5 @@ mod process;
 mod readme;
 mod redis;
 mod redlock;
+mod starved;
 mod zookeeper;

@@ -13,6 +13,8 @@ use crate::support::fixture::{Fixture, Reachable};
 use crate::support::lockrun::{BIN, Proc, scrub};
 use crate::support::redis_server::RedisServer;
 use crate::support::scene::Scene;
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+use crate::support::seccomp::{Clones, refuse_clones};
 use crate::support::server_process::children_of;
 use crate::support::tools::{self, chmod};
 use crate::support::wait::{SOON, alive, code, number_in, text, wait_for_file, wait_until};
@@ -499,7 +501,7 @@ fn a_waiter_whose_watchdog_cannot_start_still_takes_the_command_with_it() {
     refused_watchdog(true);
 }
 
-/// A lockrun under `refuse_forks` runs a command, after waiting behind a holder if `waits`;
+/// A lockrun refused forks runs a command, after waiting behind a holder if `waits`;
 /// then it is SIGKILLed, and the command must go with it.
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 fn refused_watchdog(waits: bool) {
@@ -510,7 +512,7 @@ fn refused_watchdog(waits: bool) {
     let script = "echo $$ > command.pid; exec sleep 30";
     let mut cmd = env.cmd(["--name", "nw", "--wait", "60s", "--", "sh", "-c", script]);
     // SAFETY: only async-signal-safe system calls between fork and exec.
-    unsafe { cmd.pre_exec(refuse_forks) };
+    unsafe { cmd.pre_exec(|| refuse_clones(Clones::Forks)) };
     let mut run = Proc::spawn(&mut cmd);
     if let Some(holder) = &mut holder {
         env.wait_waiters("nw", 1);
@@ -535,66 +537,6 @@ fn refused_watchdog(waits: bool) {
     run.signal(Signal::SIGKILL);
     run.wait(SOON);
     assert_gone_within(Duration::from_secs(5), "the command", command, "lockrun");
-}
-
-/// Installs, in the calling process, a seccomp filter that fails with EAGAIN every `clone` system
-/// call whose flags lack `CLONE_VM` (a fork), and allows everything else.
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-fn refuse_forks() -> std::io::Result<()> {
-    #[cfg(target_arch = "x86_64")]
-    const ARCH: u32 = 0xC000_003E; // AUDIT_ARCH_X86_64
-    #[cfg(target_arch = "aarch64")]
-    const ARCH: u32 = 0xC000_00B7; // AUDIT_ARCH_AARCH64
-    // seccomp_data: nr at 0, arch at 4, args[0] at 16 (its low half first: little-endian).
-    const NR: u32 = 0;
-    const AUDIT_ARCH: u32 = 4;
-    const FLAGS_LOW: u32 = 16;
-    let load = |offset: u32| libc::sock_filter {
-        code: (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16,
-        jt: 0,
-        jf: 0,
-        k: offset,
-    };
-    let jump = |op: u32, k: u32, jt: u8, jf: u8| libc::sock_filter {
-        code: (libc::BPF_JMP | op | libc::BPF_K) as u16,
-        jt,
-        jf,
-        k,
-    };
-    let ret = |k: u32| libc::sock_filter {
-        code: (libc::BPF_RET | libc::BPF_K) as u16,
-        jt: 0,
-        jf: 0,
-        k,
-    };
-    // Jumps count instructions from the next one; 6 refuses, 7 allows.
-    let mut program = [
-        load(AUDIT_ARCH),
-        jump(libc::BPF_JEQ, ARCH, 0, 5),
-        load(NR),
-        jump(libc::BPF_JEQ, libc::SYS_clone as u32, 0, 3),
-        load(FLAGS_LOW),
-        jump(libc::BPF_JSET, libc::CLONE_VM as u32, 1, 0),
-        ret(libc::SECCOMP_RET_ERRNO | libc::EAGAIN as u32),
-        ret(libc::SECCOMP_RET_ALLOW),
-    ];
-    let prog = libc::sock_fprog {
-        len: program.len() as u16,
-        filter: program.as_mut_ptr(),
-    };
-    // SAFETY: plain system calls on a program that outlives them.
-    let installed = unsafe {
-        libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0
-            && libc::prctl(
-                libc::PR_SET_SECCOMP,
-                libc::SECCOMP_MODE_FILTER,
-                &prog as *const libc::sock_fprog,
-            ) == 0
-    };
-    match installed {
-        true => Ok(()),
-        false => Err(std::io::Error::last_os_error()),
-    }
 }
 
 /// Guards against a command left running on a lease nobody renews (issue 10 item 5): without the

@@ -129,7 +129,7 @@ pub fn print(text: &str) -> Result<(), Error> {
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        Err(e) => Err(Error::internal(format!("cannot write to stdout: {e}"))),
+        Err(e) => Err(Error::os("cannot write to stdout", &e)),
     }
 }
 

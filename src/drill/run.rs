@@ -67,17 +67,13 @@ pub async fn drill(
         });
     drop(backend);
 
-    let exe = std::env::current_exe()
-        .map_err(|e| Error::internal(format!("cannot find the lockrun binary: {e}")))?;
-    let workdir = Workdir::create().map_err(|e| {
-        Error::internal(format!(
-            "cannot create a directory for the drill: {}",
-            crate::messages::io(&e)
-        ))
-    })?;
+    let exe =
+        std::env::current_exe().map_err(|e| Error::os("cannot find the lockrun binary", &e))?;
+    let workdir =
+        Workdir::create().map_err(|e| Error::os("cannot create a directory for the drill", &e))?;
     let backend_file = workdir
         .write_private("backend", spec.settings().url().as_bytes())
-        .map_err(|e| Error::internal(format!("cannot write the drill's backend file: {e}")))?;
+        .map_err(|e| Error::os("cannot write the drill's backend file", &e))?;
     let plan = Plan {
         exe: &exe,
         workdir: &workdir,
@@ -105,7 +101,7 @@ pub async fn drill(
         _ = terminate.recv() => return Err(interrupted(Signal::SIGTERM)),
     }
     timeline.writes = probe::journal(&workdir.join("store"))
-        .map_err(|e| Error::internal(format!("cannot read the probe store: {e}")))?
+        .map_err(|e| Error::os("cannot read the probe store", &e))?
         .into_iter()
         .map(|entry| Write {
             at: entry.at.saturating_since(start),
@@ -200,7 +196,7 @@ async fn stages(plan: &Plan<'_>, t: &mut Timeline, start: BootInstant) -> Result
         tick().await;
     }
     std::fs::write(plan.workdir.join("go"), b"")
-        .map_err(|e| Error::internal(format!("cannot write the drill's go file: {e}")))?;
+        .map_err(|e| Error::os("cannot write the drill's go file", &e))?;
     let resumed = BootInstant::now();
     t.a.resumed = Some(since(resumed));
     a.signal_all(Signal::SIGCONT);
@@ -221,7 +217,7 @@ async fn stages(plan: &Plan<'_>, t: &mut Timeline, start: BootInstant) -> Result
     // 5. A write of A's that was already on its way.
     if !t.kernel_lock {
         probe::write(&store, token, A_DELAYED)
-            .map_err(|e| Error::internal(format!("cannot write the probe store: {e}")))?;
+            .map_err(|e| Error::os("cannot write the probe store", &e))?;
     }
     Ok(())
 }
@@ -235,7 +231,7 @@ fn poll(
 ) -> Result<bool, Error> {
     let ended = holder
         .poll_exit()
-        .map_err(|e| Error::internal(format!("cannot wait for a drill holder: {e}")))?;
+        .map_err(|e| Error::os("cannot wait for a drill holder", &e))?;
     if let Some((at, status)) = ended {
         *exited = Some(at.saturating_since(start));
         *code = Some(status);
@@ -273,7 +269,7 @@ fn parse_marker(text: &str) -> Option<(i32, u64, u64)> {
 }
 
 fn listen(kind: SignalKind) -> Result<tokio::signal::unix::Signal, Error> {
-    signal(kind).map_err(|e| Error::internal(format!("cannot install signal handlers: {e}")))
+    signal(kind).map_err(|e| Error::os("cannot install signal handlers", &e))
 }
 
 fn interrupted(signal: Signal) -> Error {
@@ -284,10 +280,7 @@ fn interrupted(signal: Signal) -> Error {
 }
 
 fn spawn_error(e: std::io::Error) -> Error {
-    Error::internal(format!(
-        "cannot start a drill holder: {}",
-        crate::messages::io(&e)
-    ))
+    Error::os("cannot start a drill holder", &e)
 }
 
 #[cfg(test)]

@@ -71,6 +71,11 @@ impl Child {
         if !take_terminal {
             super::job_control::catch()?;
         }
+        // SIGCHLD: a command that owns the terminal was stopped, or an orphan reparented to
+        // lockrun exited and must be reaped. Caught before the command starts, so that a refusal
+        // (no descriptor left) ends the run with nothing started.
+        super::signals::catch(Signal::SIGCHLD)
+            .map_err(|e| Error::os("cannot watch the command", &e))?;
         let mut watchdog = None;
         if launch.sole_child {
             super::descendants::become_subreaper();
@@ -107,7 +112,7 @@ impl Child {
             // A command lockrun cannot watch must not run on without it.
             let _ = killpg(spawned.pid, Signal::SIGKILL);
             let _ = nix::sys::wait::waitpid(spawned.pid, None);
-            Error::internal(format!("cannot watch the command: {e}"))
+            Error::os("cannot watch the command", &e)
         })?;
         Ok(Child {
             group: spawned.pid,
@@ -356,9 +361,16 @@ fn ignore_sigttou() -> Option<SigHandler> {
 }
 
 /// Maps a failed exec to the shell's statuses (127 not found, 126 cannot execute), saying what
-/// was not found and pointing at `sh -c` when the command looks like shell syntax.
+/// was not found and pointing at `sh -c` when the command looks like shell syntax. A system out
+/// of processes, memory or descriptors is no fault of the command's: that is lockrun's 70.
 fn spawn_error(program: &OsString, e: &io::Error) -> Error {
     let shown = program.to_string_lossy();
+    if let Some(libc::EAGAIN | libc::ENOMEM | libc::EMFILE | libc::ENFILE) = e.raw_os_error() {
+        return Error::internal(format!(
+            "cannot start {shown:?}: {}",
+            crate::messages::io(e)
+        ));
+    }
     let (code, what) = match e.kind() {
         io::ErrorKind::NotFound => (exit::NOT_FOUND, not_found(program)),
         io::ErrorKind::PermissionDenied => (

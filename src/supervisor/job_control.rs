@@ -15,7 +15,7 @@ pub const PASSED_ON: [Signal; 2] = [Signal::SIGTSTP, Signal::SIGCONT];
 pub fn catch() -> Result<(), Error> {
     for signal in PASSED_ON {
         super::signals::catch(signal)
-            .map_err(|e| Error::internal(format!("cannot install signal handlers: {e}")))?;
+            .map_err(|e| Error::os("cannot install signal handlers", &e))?;
     }
     Ok(())
 }

@@ -233,13 +233,15 @@ impl Keeper {
 }
 
 /// Keeps `lease` while `child` runs, forwarding `signals` to its group, stopping it when
-/// `timeout` runs out, and releases the lease at the end.
+/// `timeout` runs out, and releases the lease at the end. `timer` was made before the command
+/// started: nothing this needs may be refused by the system once the command runs.
 pub async fn supervise(
     lease: Box<dyn Lease>,
     timing: Timing,
     timeout: Option<Duration>,
     child: &mut Child,
     signals: &mut super::Signals,
+    mut timer: BootTimer,
 ) -> Result<Outcome, Error> {
     let grant = lease.grant();
     let mut keeper = Keeper {
@@ -249,15 +251,9 @@ pub async fn supervise(
         timeout_at: timeout.map(|t| BootInstant::now() + t),
         stopping: None,
     };
-    let mut timer =
-        BootTimer::new().map_err(|e| Error::internal(format!("cannot create a timer: {e}")))?;
     let mut renewal: Option<(BootInstant, RenewFuture<'_>)> = None;
     let mut revoked: RevokedFuture<'_> = lease.revoked();
     let mut signals_open = true;
-    // SIGCHLD: a command that owns the terminal was stopped, or an orphan reparented to lockrun
-    // exited and must be reaped.
-    super::signals::catch(Signal::SIGCHLD)
-        .map_err(|e| Error::internal(format!("cannot watch the command: {e}")))?;
     // Until the command runs in a cgroup of its own, the watchdog learns of descendants that
     // leave the command's group from lockrun's own looks at its tree. The first look waits a
     // period: the command has only just been started, and a short run then never walks `/proc`.
@@ -285,7 +281,7 @@ pub async fn supervise(
         tokio::select! {
             biased;
             status = child.wait() => {
-                break status.map_err(|e| Error::internal(format!("cannot wait for the command: {e}")))?;
+                break status.map_err(|e| Error::os("cannot wait for the command", &e));
             }
             signal = signals.recv(), if signals_open => match signal {
                 Some(Signal::SIGCHLD) => {
@@ -322,8 +318,24 @@ pub async fn supervise(
                 revoked = lease.revoked();
             }
             slept = timer.sleep_until(wake) => {
-                slept.map_err(|e| Error::internal(format!("timer failed: {e}")))?;
+                if let Err(e) = slept {
+                    break Err(Error::os("timer failed", &e));
+                }
             }
+        }
+    };
+    let status = match status {
+        Ok(status) => status,
+        Err(e) => {
+            // Without its exit or the clock in sight the command cannot be kept on the lease:
+            // it is killed, and the name freed for the next holder, before lockrun says why.
+            drop(renewal);
+            drop(revoked);
+            child.restore_terminal();
+            child.signal_everything(Signal::SIGKILL);
+            release(lease, RELEASE_TIMEOUT.min(timing.ttl)).await;
+            child.disarm();
+            return Err(e);
         }
     };
     // When lockrun saw the command end: what follows (giving back the terminal, removing the

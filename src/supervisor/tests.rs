@@ -77,6 +77,7 @@ impl Run {
             self.timeout,
             &mut self.child,
             &mut self.received,
+            crate::clock::BootTimer::new().unwrap(),
         );
         let (outcome, ()) = tokio::join!(supervised, meanwhile);
         outcome.unwrap()

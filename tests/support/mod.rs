@@ -20,6 +20,7 @@ pub mod proxy;
 pub mod redis_server;
 pub mod redlock_servers;
 pub mod scene;
+pub mod seccomp;
 pub mod server_process;
 pub mod server_user;
 pub mod single_server;

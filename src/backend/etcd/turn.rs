@@ -319,7 +319,7 @@ impl Turn<'_> {
             Some(timer) => timer,
             None => timer.insert(BootTimer::new().map_err(|e| BackendError::Failed {
                 endpoint: self.link.endpoints(),
-                reason: format!("cannot create a timer: {e}"),
+                reason: format!("cannot create a timer: {}", crate::messages::io(&e)),
             })?),
         };
         let wake = wait_turn(self.link, watcher, keeper, timer, self.request.deadline).await?;

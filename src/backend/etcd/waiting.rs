@@ -107,7 +107,7 @@ pub async fn wait_turn(
             } => return Ok(Wake::Watched(event)),
             slept = timer.sleep_until(wake_at) => slept.map_err(|e| BackendError::Failed {
                 endpoint: link.endpoints(),
-                reason: format!("timer failed: {e}"),
+                reason: format!("timer failed: {}", crate::messages::io(&e)),
             })?,
         }
     }

@@ -216,7 +216,10 @@ pub async fn wait_in_line<L: Line + ?Sized>(
         }
         let wake_at = recheck_at(soonest_expiry, request.deadline);
         tokio::select! {
-            napped = nap.until(bell.rung(), wake_at, shown) => napped?,
+            napped = nap.until(bell.rung(), wake_at, shown) => if let Err(e) = napped {
+                leave(line, &ticket).await;
+                return Err(e);
+            },
             () = cancel.as_mut() => return give_up(line, &ticket, Acquired::Cancelled).await,
         }
     }

@@ -4,7 +4,7 @@
 //! and the nap between two tries.
 
 use std::future::Future;
-use std::io::Read;
+use std::io;
 use std::time::Duration;
 
 use crate::backend::{AcquireRequest, BackendError};
@@ -47,15 +47,25 @@ pub fn recheck_at(soonest_expiry: Option<Duration>, deadline: Option<BootInstant
     deadline.map_or(at, |d| d.min(at))
 }
 
-/// `N` random bytes from the kernel.
+/// `N` random bytes from the kernel: one `getrandom` call, no descriptor (a process at its
+/// descriptor limit still gets them).
 pub fn random_bytes<const N: usize>() -> Result<[u8; N], BackendError> {
     let mut bytes = [0u8; N];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .map_err(|e| BackendError::Failed {
-            endpoint: "/dev/urandom".into(),
-            reason: crate::messages::io(&e),
-        })?;
+    let mut filled = 0;
+    while filled < N {
+        // SAFETY: writes at most the unfilled rest of the local array.
+        let got = unsafe { libc::getrandom(bytes[filled..].as_mut_ptr().cast(), N - filled, 0) };
+        match got {
+            -1 if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted => {}
+            -1 => {
+                return Err(BackendError::Failed {
+                    endpoint: "the kernel's random source".into(),
+                    reason: crate::messages::io(&io::Error::last_os_error()),
+                });
+            }
+            n => filled += n as usize,
+        }
+    }
     Ok(bytes)
 }
 
@@ -89,14 +99,17 @@ impl Nap {
         };
         let timer = match self.timer.as_mut() {
             Some(timer) => timer,
-            None => self.timer.insert(
-                BootTimer::new().map_err(|e| failed(format!("cannot create a timer: {e}")))?,
-            ),
+            None => self.timer.insert(BootTimer::new().map_err(|e| {
+                failed(format!(
+                    "cannot create a timer: {}",
+                    crate::messages::io(&e)
+                ))
+            })?),
         };
         tokio::select! {
             () = woken => Ok(()),
             slept = timer.sleep_until(Some(wake_at)) => {
-                slept.map_err(|e| failed(format!("timer failed: {e}")))
+                slept.map_err(|e| failed(format!("timer failed: {}", crate::messages::io(&e))))
             }
         }
     }

@@ -203,7 +203,7 @@ impl<'a> Contender<'a> {
                 Some(timer) => timer,
                 None => timer.insert(BootTimer::new().map_err(|e| BackendError::Failed {
                     endpoint: self.link.endpoints().to_owned(),
-                    reason: format!("cannot create a timer: {e}"),
+                    reason: format!("cannot create a timer: {}", crate::messages::io(&e)),
                 })?),
             };
             let session = self.session().clone();
@@ -212,7 +212,7 @@ impl<'a> Contender<'a> {
                 slept = timer.sleep_until(self.request.deadline) => {
                     slept.map_err(|e| BackendError::Failed {
                         endpoint: self.link.endpoints().to_owned(),
-                        reason: format!("timer failed: {e}"),
+                        reason: format!("timer failed: {}", crate::messages::io(&e)),
                     })?;
                 }
                 () = ended(&session) => {}
