@@ -90,6 +90,12 @@ fn a_missing_command_is_a_usage_error() {
         assert_eq!(code(&out), 64, "{args:?}: {}", text(&out.stderr));
         assert_said(&out, "command");
     }
+    // An empty program is not a missing one: the message says which it is.
+    assert_one_line(
+        &env.run(["--name", "x", "--", ""]),
+        64,
+        "the command is an empty string",
+    );
 }
 
 #[test]
@@ -171,6 +177,15 @@ fn options_can_come_from_the_environment() {
             .args(["--name", "x", "--", "true"]),
     );
     assert_eq!(code(&out), 64);
+    // A value that is not text names its variable, not "arguments".
+    use std::os::unix::ffi::OsStrExt;
+    let out = output(
+        lockrun()
+            .env("LOCKRUN_BACKEND", env.url())
+            .env("LOCKRUN_TTL", std::ffi::OsStr::from_bytes(b"3\xffs"))
+            .args(["--name", "x", "--", "true"]),
+    );
+    assert_one_line(&out, 64, "LOCKRUN_TTL is not valid UTF-8");
 }
 
 #[test]

@@ -58,6 +58,14 @@ fn names_stay_inside_the_state_directory() {
 }
 
 #[test]
+fn a_state_directory_that_is_a_file_is_refused_saying_so() {
+    let env = Scene::file();
+    std::fs::write(env.state(), "not a directory").unwrap();
+    let said = env.refuses(env.url(), "x", 69, "exists and is not a directory");
+    assert!(said.contains(&env.state().display().to_string()), "{said}");
+}
+
+#[test]
 fn a_symlink_planted_as_a_lock_file_is_refused() {
     let env = Scene::file();
     std::fs::create_dir_all(env.state()).unwrap();

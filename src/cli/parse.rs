@@ -252,6 +252,13 @@ fn usage_message(e: &clap::Error, args: &[OsString]) -> String {
             return MISSING_COMMAND.to_owned();
         }
     }
+    if e.kind() == ErrorKind::InvalidUtf8
+        && let Some(variable) = variable_not_utf8(args)
+    {
+        return format!(
+            "{variable} is not valid UTF-8: lockrun reads its settings as text (see {help})"
+        );
+    }
     if e.kind() == ErrorKind::MissingRequiredArgument
         && let Some(sub) = subcommand
         && missing_args(e).iter().any(|a| a == "<NAME>")
@@ -292,6 +299,19 @@ fn usage_message(e: &clap::Error, args: &[OsString]) -> String {
         text = format!("{text}; did you mean {suggested}?");
     }
     format!("{text} (see {help})")
+}
+
+/// The `LOCKRUN_*` variable whose value is not UTF-8, when every option before `--` is: clap
+/// reports both as "arguments".
+fn variable_not_utf8(args: &[OsString]) -> Option<String> {
+    let options = args.iter().skip(1).take_while(|a| *a != "--");
+    if options.clone().any(|a| a.to_str().is_none()) {
+        return None;
+    }
+    crate::environment::entries()
+        .filter(|entry| crate::environment::key(entry).starts_with(b"LOCKRUN_"))
+        .find(|entry| std::str::from_utf8(crate::environment::value(entry)).is_err())
+        .map(|entry| String::from_utf8_lossy(crate::environment::key(entry)).into_owned())
 }
 
 /// A context value reduced to its first string.

@@ -159,8 +159,12 @@ fn resolve_run(cli: Cli, backend: BackendSpec) -> Result<RunConfig, Error> {
     let mut command = run.command.into_iter();
     let program = command
         .next()
-        .filter(|p| !p.is_empty())
         .ok_or_else(|| Error::usage(MISSING_COMMAND))?;
+    if program.is_empty() {
+        return Err(Error::usage(
+            "the command is an empty string: give a program after --, as in lockrun --name NAME -- ./job.sh",
+        ));
+    }
     Ok(RunConfig {
         name,
         backend,

@@ -83,7 +83,14 @@ impl StateDir {
             .recursive(true)
             .mode(DIR_MODE)
             .create(path)
-            .map_err(unreachable)?;
+            .map_err(|e| match e.kind() {
+                // What `create` reports for a path that is there and is not a directory.
+                io::ErrorKind::AlreadyExists => BackendError::Failed {
+                    endpoint: format!("the state directory {}", path.display()),
+                    reason: "it exists and is not a directory".into(),
+                },
+                _ => unreachable(e),
+            })?;
         let fd = nix::fcntl::open(
             path,
             OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
