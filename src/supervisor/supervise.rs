@@ -328,11 +328,12 @@ pub async fn supervise(
         Ok(status) => status,
         Err(e) => {
             // Without its exit or the clock in sight the command cannot be kept on the lease:
-            // it is killed, and the name freed for the next holder, before lockrun says why.
+            // it is killed (and waited for, as far as the clock still serves), and the name
+            // freed for the next holder, before lockrun says why.
             drop(renewal);
             drop(revoked);
             child.restore_terminal();
-            child.signal_everything(Signal::SIGKILL);
+            finish_stop(None, child, &mut timer).await;
             release(lease, RELEASE_TIMEOUT.min(timing.ttl)).await;
             child.disarm();
             return Err(e);
