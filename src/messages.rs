@@ -92,6 +92,22 @@ pub fn io(e: &io::Error) -> String {
     fragment(&e.to_string(), &[])
 }
 
+/// The operating system's reason at the bottom of `e`'s chain of causes (`connection refused`),
+/// as a fragment; `None` when no cause is an I/O error. Client libraries wrap it in layers of
+/// their own ("dispatch failure: io error: client error (Connect): tcp connect error: ...") that
+/// say nothing more to a user.
+pub fn io_cause(e: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let mut found = None;
+    let mut at = Some(e);
+    while let Some(current) = at {
+        if let Some(io) = current.downcast_ref::<io::Error>() {
+            found = Some(io);
+        }
+        at = current.source();
+    }
+    found.map(self::io)
+}
+
 /// A duration as people write it (`1s 500ms`), rounded to the millisecond.
 pub fn duration(d: Duration) -> String {
     let rounded = Duration::from_millis(d.as_millis().try_into().unwrap_or(u64::MAX));
@@ -115,6 +131,25 @@ mod tests {
         );
         assert_eq!(fragment("Bad\nthing\n  here", &[]), "bad thing here");
         assert_eq!(fragment("", &[]), "");
+    }
+
+    #[test]
+    fn an_io_cause_is_found_under_wrappers() {
+        #[derive(Debug)]
+        struct Wrapper(io::Error);
+        impl std::fmt::Display for Wrapper {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "tcp connect error: {}", self.0)
+            }
+        }
+        impl std::error::Error for Wrapper {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let refused = Wrapper(io::Error::from_raw_os_error(libc::ECONNREFUSED));
+        assert_eq!(io_cause(&refused).as_deref(), Some("connection refused"));
+        assert_eq!(io_cause(&std::fmt::Error), None);
     }
 
     #[test]

@@ -288,7 +288,10 @@ where
     }
     let text = fragment(&chain(&e), &[]);
     match e {
-        SdkError::DispatchFailure(_) | SdkError::TimeoutError(_) => Failure::Unanswered(text),
+        SdkError::DispatchFailure(_) => {
+            Failure::Unanswered(crate::messages::io_cause(&e).unwrap_or(text))
+        }
+        SdkError::TimeoutError(_) => Failure::Unanswered(text),
         // An HTTP answer that is not DynamoDB's: something else listens there.
         SdkError::ResponseError(_) => Failure::Refused {
             code: "an answer that is not DynamoDB's".into(),

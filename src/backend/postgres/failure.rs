@@ -56,9 +56,10 @@ pub fn reason(e: &tokio_postgres::Error, schema: &str, secrets: &[String]) -> St
             let hint = hint(db.code(), message, schema);
             format!("server error: {message}{hint}")
         }
-        None => match std::error::Error::source(e) {
-            Some(cause) => format!("{e}: {cause}"),
-            None => e.to_string(),
+        None => match (crate::messages::io_cause(e), std::error::Error::source(e)) {
+            (Some(io), _) => io,
+            (None, Some(cause)) => format!("{e}: {cause}"),
+            (None, None) => e.to_string(),
         },
     };
     fragment(&text, secrets)

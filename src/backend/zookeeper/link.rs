@@ -40,6 +40,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// the ensemble grants at least two ticks (a second with a 500 ms tick); the client lowers it to
 /// two fifths of the granted session timeout when this is too long for it.
 const MIN_SILENCE: Duration = Duration::from_millis(500);
+/// How long a look at whether a member refuses connections may take.
+const REFUSAL_LOOK: Duration = Duration::from_millis(200);
 /// Pause between two tries to open a session.
 const RECONNECT: Duration = Duration::from_millis(100);
 /// How long an inspection waits for its own session to be closed.
@@ -115,7 +117,14 @@ impl Link {
             let connecting = connector.connect(&self.endpoints);
             let failure = match tokio::time::timeout_at(deadline, connecting).await {
                 Ok(Ok(client)) => return Ok(client),
-                Ok(Err(zk::Error::NoHosts)) => "no member answered".to_owned(),
+                Ok(Err(zk::Error::NoHosts)) => {
+                    // Tries are repeated for a loaded member that missed a handshake; one that
+                    // refuses connections is down, and that is known at once.
+                    if let Some(refused) = self.all_refuse().await {
+                        return Err(unreachable(refused));
+                    }
+                    "no member answered".to_owned()
+                }
                 Ok(Err(e)) if session_gone(&e) => return Err(unreachable(self.reason(&e))),
                 Ok(Err(e)) => self.reason(&e),
                 Err(_) => format!("no session within {}", duration(CONNECT_TIMEOUT)),
@@ -125,6 +134,20 @@ impl Link {
             }
             tokio::time::sleep(RECONNECT).await;
         }
+    }
+
+    /// `Some(reason)` when every member refuses a TCP connection (nothing listens on its port).
+    async fn all_refuse(&self) -> Option<String> {
+        let mut reason = None;
+        for member in self.endpoints.split(',') {
+            match tokio::time::timeout(REFUSAL_LOOK, tokio::net::TcpStream::connect(member)).await {
+                Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                    reason = Some(crate::messages::io(&e));
+                }
+                _ => return None,
+            }
+        }
+        reason
     }
 
     /// The session to read and break locks with: the run's own when it has one, else one opened
