@@ -93,14 +93,17 @@ pub fn io(e: &io::Error) -> String {
 }
 
 /// The operating system's reason at the bottom of `e`'s chain of causes (`connection refused`),
-/// as a fragment; `None` when no cause is an I/O error. Client libraries wrap it in layers of
-/// their own ("dispatch failure: io error: client error (Connect): tcp connect error: ...") that
-/// say nothing more to a user.
+/// as a fragment; `None` when no cause is an error the system returned (an I/O error that only
+/// carries a library's own, such as a TLS alert, keeps the context around it). Client libraries
+/// wrap the system's reason in layers of their own ("dispatch failure: io error: client error
+/// (Connect): tcp connect error: ...") that say nothing more to a user.
 pub fn io_cause(e: &(dyn std::error::Error + 'static)) -> Option<String> {
     let mut found = None;
     let mut at = Some(e);
     while let Some(current) = at {
-        if let Some(io) = current.downcast_ref::<io::Error>() {
+        if let Some(io) = current.downcast_ref::<io::Error>()
+            && io.raw_os_error().is_some()
+        {
             found = Some(io);
         }
         at = current.source();
@@ -150,6 +153,8 @@ mod tests {
         let refused = Wrapper(io::Error::from_raw_os_error(libc::ECONNREFUSED));
         assert_eq!(io_cause(&refused).as_deref(), Some("connection refused"));
         assert_eq!(io_cause(&std::fmt::Error), None);
+        let alert = Wrapper(io::Error::other("invalid peer certificate"));
+        assert_eq!(io_cause(&alert), None);
     }
 
     #[test]
