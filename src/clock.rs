@@ -77,7 +77,8 @@ impl Sub<BootInstant> for BootInstant {
 
 /// A reusable timer on `CLOCK_BOOTTIME`, awaited from the tokio loop.
 pub struct BootTimer {
-    fd: AsyncFd<Pollable<TimerFd>>,
+    /// `None` for a waiting timer the system refused a descriptor (see [`BootTimer::for_waiting`]).
+    fd: Option<AsyncFd<Pollable<TimerFd>>>,
 }
 
 impl BootTimer {
@@ -88,7 +89,21 @@ impl BootTimer {
             TimerFlags::TFD_NONBLOCK | TimerFlags::TFD_CLOEXEC,
         )?;
         Ok(BootTimer {
-            fd: crate::reactor::register(fd)?,
+            fd: Some(crate::reactor::register(fd)?),
+        })
+    }
+
+    /// A timer for a wait in line: as [`BootTimer::new`], but where the system refuses it one
+    /// (no descriptor left), it sleeps on tokio's clock instead, which stops while the machine is
+    /// suspended: a sleep then ends late by the time slept, and the wait looks at the boot clock
+    /// when it wakes. A waiter is not worth failing for that; a holder's timer is (see `new`).
+    pub fn for_waiting() -> Self {
+        BootTimer::new().unwrap_or_else(|e| {
+            crate::debug!(
+                "no boot-clock timer for the wait ({}); sleeping on the monotonic clock",
+                crate::messages::io(&e)
+            );
+            BootTimer { fd: None }
         })
     }
 
@@ -100,13 +115,17 @@ impl BootTimer {
         if deadline <= BootInstant::now() {
             return Ok(());
         }
+        let Some(fd) = &self.fd else {
+            tokio::time::sleep(deadline.remaining()).await;
+            return Ok(());
+        };
         // An absolute zero would disarm the timer; the check above keeps the deadline positive.
-        self.fd.get_ref().inner().set(
+        fd.get_ref().inner().set(
             Expiration::OneShot(deadline.as_timespec()),
             TimerSetTimeFlags::TFD_TIMER_ABSTIME,
         )?;
         loop {
-            let mut guard = self.fd.readable().await?;
+            let mut guard = fd.readable().await?;
             let mut expirations = [0u8; 8];
             match nix::unistd::read(guard.get_inner().inner(), &mut expirations) {
                 Ok(_) => return Ok(()),

@@ -315,13 +315,7 @@ impl Turn<'_> {
         keeper: &mut Keeper,
         timer: &mut Option<BootTimer>,
     ) -> Result<Slept, BackendError> {
-        let timer = match timer.as_mut() {
-            Some(timer) => timer,
-            None => timer.insert(BootTimer::new().map_err(|e| BackendError::Failed {
-                endpoint: self.link.endpoints(),
-                reason: format!("cannot create a timer: {}", crate::messages::io(&e)),
-            })?),
-        };
+        let timer = timer.get_or_insert_with(BootTimer::for_waiting);
         let wake = wait_turn(self.link, watcher, keeper, timer, self.request.deadline).await?;
         Ok(match wake {
             Wake::Watched(Event::Deleted { key, last }) => {

@@ -287,7 +287,7 @@ impl FileBackend {
         wakeup: &mut Wakeup,
         cancel: &mut Cancel<'_>,
     ) -> io::Result<Took> {
-        let mut timer = BootTimer::new()?;
+        let mut timer = BootTimer::for_waiting();
         let mut retries = RETRIES;
         let outcome = loop {
             let mut place = slot.take().expect("a place in line");

@@ -97,15 +97,7 @@ impl Nap {
             endpoint: endpoint.to_owned(),
             reason,
         };
-        let timer = match self.timer.as_mut() {
-            Some(timer) => timer,
-            None => self.timer.insert(BootTimer::new().map_err(|e| {
-                failed(format!(
-                    "cannot create a timer: {}",
-                    crate::messages::io(&e)
-                ))
-            })?),
-        };
+        let timer = self.timer.get_or_insert_with(BootTimer::for_waiting);
         tokio::select! {
             () = woken => Ok(()),
             slept = timer.sleep_until(Some(wake_at)) => {

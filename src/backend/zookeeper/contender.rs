@@ -199,13 +199,7 @@ impl<'a> Contender<'a> {
                     None => continue,
                 },
             };
-            let timer = match timer.as_mut() {
-                Some(timer) => timer,
-                None => timer.insert(BootTimer::new().map_err(|e| BackendError::Failed {
-                    endpoint: self.link.endpoints().to_owned(),
-                    reason: format!("cannot create a timer: {}", crate::messages::io(&e)),
-                })?),
-            };
+            let timer = timer.get_or_insert_with(BootTimer::for_waiting);
             let session = self.session().clone();
             tokio::select! {
                 _ = bells.join_next(), if !bells.is_empty() => {}
