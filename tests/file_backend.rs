@@ -65,6 +65,35 @@ fn a_state_directory_that_is_a_file_is_refused_saying_so() {
     assert!(said.contains(&env.state().display().to_string()), "{said}");
 }
 
+/// Guards against a hang: a FIFO planted under a lock file's name blocked lockrun's open until a
+/// writer came, and SIGTERM did not end it (the open restarts after the handler).
+#[test]
+fn a_fifo_planted_as_a_lock_file_is_refused_at_once() {
+    let env = Scene::file();
+    std::fs::create_dir_all(env.state()).unwrap();
+    for file in ["fifo.lock", "fifo.fence"] {
+        let path = env.state().join(file);
+        let _ = std::fs::remove_file(&path);
+        nix::unistd::mkfifo(&path, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        env.refuses(env.url(), "fifo", 69, "not a regular file");
+        // The inspections end too (a hang would run out the run's time limit), whatever they make
+        // of it.
+        for args in [&["status", "fifo"][..], &["list"]] {
+            let out = env.run(args);
+            let stderr = text(&out.stderr);
+            assert!(
+                matches!(code(&out), 0 | 69),
+                "{args:?} with {file}: {stderr}"
+            );
+            assert!(
+                stderr.lines().count() <= 1,
+                "{args:?} with {file}: {stderr}"
+            );
+        }
+        std::fs::remove_file(&path).unwrap();
+    }
+}
+
 #[test]
 fn a_symlink_planted_as_a_lock_file_is_refused() {
     let env = Scene::file();

@@ -222,11 +222,14 @@ impl StateDir {
         self.open_at(file_name, flags)
     }
 
+    /// Opens `file_name` with `flags`, refusing anything but a regular file. Never waits: a FIFO
+    /// planted under a lock file's name would block the open until a writer came (and a caught
+    /// SIGTERM restarts it), and a terminal would become lockrun's own.
     fn open_at(&self, file_name: &str, flags: OFlag) -> io::Result<File> {
         let fd = openat(
             &self.fd,
             file_name,
-            flags,
+            flags | OFlag::O_NONBLOCK | OFlag::O_NOCTTY,
             Mode::from_bits_truncate(FILE_MODE),
         )
         .map_err(|e| self.named(file_name, e.into()))?;

@@ -14,6 +14,7 @@
 use std::collections::HashSet;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
@@ -166,7 +167,12 @@ impl Wakeup {
         };
         for name in &self.slot_names {
             let path = dir.join(name);
-            let probed = match std::fs::File::open(&path) {
+            // As the try opened it: no symlink followed, no FIFO waited on.
+            let opened = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+                .open(&path);
+            let probed = match opened {
                 Ok(file) => self.probes.probe(&path, file, self.slot_wanted),
                 Err(_) => false,
             };
