@@ -960,3 +960,75 @@ fn stray_signals_leave_the_watchdog_watching() {
     );
     drop(guard);
 }
+
+/// Guards `nohup lockrun ...` (and `trap '' TERM`, and a script's background job): a forwarded
+/// signal that lockrun was started with ignored stays ignored, by lockrun and by the command, as
+/// across any exec. Before, lockrun caught it, forwarded it, and the command, reset to the
+/// default, died of it.
+#[test]
+fn a_signal_ignored_on_entry_stays_ignored_for_lockrun_and_the_command() {
+    use std::os::unix::process::CommandExt;
+    let env = Scene::file();
+    let script = "grep SigIgn /proc/self/status > ignored; echo $$ > command.pid; sleep 1";
+    let mut cmd = env.cmd(["--name", "nohup", "--", "sh", "-c", script]);
+    // SAFETY: signal(2) is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGHUP, libc::SIG_IGN);
+            libc::signal(libc::SIGTERM, libc::SIG_IGN);
+            Ok(())
+        })
+    };
+    let mut run = Proc::spawn(&mut cmd);
+    wait_for_file(&env.path("command.pid"), SOON);
+    run.signal(Signal::SIGHUP);
+    run.signal(Signal::SIGTERM);
+    let out = run.wait(SOON);
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    let mask = text(&std::fs::read(env.path("ignored")).unwrap());
+    let bits = u64::from_str_radix(mask.trim().trim_start_matches("SigIgn:").trim(), 16).unwrap();
+    for signal in [libc::SIGHUP, libc::SIGTERM] {
+        assert!(
+            bits & (1 << (signal - 1)) != 0,
+            "signal {signal} not ignored: {mask}"
+        );
+    }
+}
+
+/// Guards against a lockrun made deaf by its parent: signals blocked in the inherited mask are
+/// unblocked, so a TERM still ends a waiter (invariant 10) and reaches a holder's command.
+#[test]
+fn a_blocked_signal_mask_on_entry_does_not_make_lockrun_deaf() {
+    use std::os::unix::process::CommandExt;
+    let env = Scene::file();
+    let block_all = || {
+        let mut all = nix::sys::signal::SigSet::all();
+        all.remove(Signal::SIGKILL);
+        all.remove(Signal::SIGSTOP);
+        all.thread_block().map_err(std::io::Error::from)
+    };
+    let mut holder = env.cmd([
+        "--name",
+        "deaf",
+        "--",
+        "sh",
+        "-c",
+        "echo $$ > command.pid; sleep 30",
+    ]);
+    // SAFETY: sigprocmask is async-signal-safe.
+    unsafe { holder.pre_exec(block_all) };
+    let mut holding = Proc::spawn(&mut holder);
+    wait_for_file(&env.path("command.pid"), SOON);
+    let mut waiter = env.cmd(["--name", "deaf", "--", "touch", "waiter-ran"]);
+    // SAFETY: as above.
+    unsafe { waiter.pre_exec(block_all) };
+    let mut waiting = Proc::spawn(&mut waiter);
+    env.wait_waiters("deaf", 1);
+    waiting.signal(Signal::SIGTERM);
+    let out = waiting.wait(SOON);
+    assert_eq!(code(&out), 128 + 15, "{}", text(&out.stderr));
+    holding.signal(Signal::SIGTERM);
+    let out = holding.wait(SOON);
+    assert_eq!(code(&out), 128 + 15, "{}", text(&out.stderr));
+    assert!(!env.path("waiter-ran").exists());
+}

@@ -52,12 +52,36 @@ enum Source {
 
 /// Makes the pipe, installs handlers for [`FORWARDED`] and returns the stream of their arrivals
 /// (and of every signal [`catch`] adds later). Once per process; needs a running tokio runtime.
+///
+/// A forwarded signal that lockrun was started with ignored (`nohup`, `trap '' TERM`, a script's
+/// background job) stays ignored, for lockrun and for the command, as across any exec. Every
+/// signal lockrun handles is unblocked: a mask inherited from the parent must not make it deaf.
 pub fn listen() -> io::Result<Signals> {
     let signals = pipe()?;
     for signal in FORWARDED {
-        catch(signal)?;
+        if !inherited_ignored(signal) {
+            catch(signal)?;
+        }
     }
+    let mut handled = nix::sys::signal::SigSet::empty();
+    for signal in FORWARDED
+        .into_iter()
+        .chain([Signal::SIGCHLD, Signal::SIGTSTP, Signal::SIGCONT])
+    {
+        handled.add(signal);
+    }
+    handled.thread_unblock().map_err(io::Error::from)?;
     Ok(signals)
+}
+
+/// Whether `signal` is ignored now (before lockrun installed anything for it).
+fn inherited_ignored(signal: Signal) -> bool {
+    // SAFETY: only queries the disposition into a zeroed structure on this stack.
+    unsafe {
+        let mut current: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(signal as libc::c_int, std::ptr::null(), &mut current) == 0
+            && current.sa_sigaction == libc::SIG_IGN
+    }
 }
 
 /// Makes the pipe the handlers write to, and the stream that reads it.
