@@ -7,7 +7,7 @@ use crate::support::fixture::{Fixture, Reachable};
 use crate::support::lockrun::{lockrun, output};
 use crate::support::redis_server::RedisServer;
 use crate::support::scene::Scene;
-use crate::support::wait::{code, text};
+use crate::support::wait::{SOON, code, text};
 
 #[test]
 fn passes_with_a_password_that_it_never_prints() {
@@ -58,4 +58,32 @@ fn the_probe_is_hidden_and_fences() {
     assert_eq!(probe("5"), 0);
     assert_eq!(probe("4"), 3);
     assert_eq!(probe("6"), 0);
+}
+
+/// Guards against a drill ended by a forwarded signal other than INT or TERM leaving its
+/// directory behind (with the backend URL, password and all, in it): each gets the same cleanup.
+#[test]
+fn a_drill_ended_by_hangup_cleans_up_after_itself() {
+    let env = Scene::file();
+    let mut drill = env.spawn(["drill"]);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let pid = drill.pid();
+    drill.signal(nix::sys::signal::Signal::SIGHUP);
+    let out = drill.wait(SOON);
+    let stderr = text(&out.stderr);
+    assert_eq!(code(&out), 128 + 1, "{stderr}");
+    assert!(
+        stderr.contains("interrupted by SIGHUP during the drill"),
+        "{stderr}"
+    );
+    let left: Vec<_> = std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(&format!("lockrun-drill-{pid}-"))
+        })
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
 }

@@ -47,6 +47,12 @@ pub async fn drill(
 ) -> Result<u8, Error> {
     let mut interrupt = listen(SignalKind::interrupt())?;
     let mut terminate = listen(SignalKind::terminate())?;
+    // The rest of the signals lockrun forwards: left at their default, they would end the drill
+    // without its cleanup, leaving its directory (and the backend URL in it) behind.
+    let mut hangup = listen(SignalKind::hangup())?;
+    let mut quit = listen(SignalKind::quit())?;
+    let mut user1 = listen(SignalKind::user_defined1())?;
+    let mut user2 = listen(SignalKind::user_defined2())?;
     let backend = spec.open().await?;
     let status = backend.inspect().status(name).await?;
     if status.held || status.waiters > 0 {
@@ -99,6 +105,10 @@ pub async fn drill(
         result = stages(&plan, &mut timeline, start) => result?,
         _ = interrupt.recv() => return Err(interrupted(Signal::SIGINT)),
         _ = terminate.recv() => return Err(interrupted(Signal::SIGTERM)),
+        _ = hangup.recv() => return Err(interrupted(Signal::SIGHUP)),
+        _ = quit.recv() => return Err(interrupted(Signal::SIGQUIT)),
+        _ = user1.recv() => return Err(interrupted(Signal::SIGUSR1)),
+        _ = user2.recv() => return Err(interrupted(Signal::SIGUSR2)),
     }
     timeline.writes = probe::journal(&workdir.join("store"))
         .map_err(|e| Error::os("cannot read the probe store", &e))?
