@@ -16,7 +16,6 @@
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
-use tokio::signal::unix::{SignalKind, signal};
 
 use super::holders::{self, Holder, Plan, Workdir, tick};
 use super::probe;
@@ -27,6 +26,7 @@ use crate::backend::BackendSpec;
 use crate::clock::BootInstant;
 use crate::exit::{DRILL_FAILED, Error};
 use crate::name::LockName;
+use crate::supervisor::{self, unless_signalled};
 use crate::timing::Timing;
 
 /// Extra time, beyond a holder's own `--wait`, before the drill stops waiting for it.
@@ -45,14 +45,10 @@ pub async fn drill(
     timing: Timing,
     json: bool,
 ) -> Result<u8, Error> {
-    let mut interrupt = listen(SignalKind::interrupt())?;
-    let mut terminate = listen(SignalKind::terminate())?;
-    // The rest of the signals lockrun forwards: left at their default, they would end the drill
-    // without its cleanup, leaving its directory (and the backend URL in it) behind.
-    let mut hangup = listen(SignalKind::hangup())?;
-    let mut quit = listen(SignalKind::quit())?;
-    let mut user1 = listen(SignalKind::user_defined1())?;
-    let mut user2 = listen(SignalKind::user_defined2())?;
+    // Every signal a run forwards ends the drill with its cleanup (holders killed, directory and
+    // the backend URL in it removed), through the same stream a run listens to.
+    let mut signals =
+        supervisor::listen().map_err(|e| Error::os("cannot install signal handlers", &e))?;
     let backend = spec.open().await?;
     let status = backend.inspect().status(name).await?;
     if status.held || status.waiters > 0 {
@@ -101,15 +97,9 @@ pub async fn drill(
         writes: Vec::new(),
     };
     let start = BootInstant::now();
-    tokio::select! {
-        result = stages(&plan, &mut timeline, start) => result?,
-        _ = interrupt.recv() => return Err(interrupted(Signal::SIGINT)),
-        _ = terminate.recv() => return Err(interrupted(Signal::SIGTERM)),
-        _ = hangup.recv() => return Err(interrupted(Signal::SIGHUP)),
-        _ = quit.recv() => return Err(interrupted(Signal::SIGQUIT)),
-        _ = user1.recv() => return Err(interrupted(Signal::SIGUSR1)),
-        _ = user2.recv() => return Err(interrupted(Signal::SIGUSR2)),
-    }
+    unless_signalled(stages(&plan, &mut timeline, start), &mut signals)
+        .await
+        .map_err(interrupted)??;
     timeline.writes = probe::journal(&workdir.join("store"))
         .map_err(|e| Error::os("cannot read the probe store", &e))?
         .into_iter()
@@ -276,10 +266,6 @@ fn parse_marker(text: &str) -> Option<(i32, u64, u64)> {
     let token = words.next()?.parse().ok()?;
     let ttl = words.next()?.parse().ok()?;
     Some((pid, token, ttl))
-}
-
-fn listen(kind: SignalKind) -> Result<tokio::signal::unix::Signal, Error> {
-    signal(kind).map_err(|e| Error::os("cannot install signal handlers", &e))
 }
 
 fn interrupted(signal: Signal) -> Error {
