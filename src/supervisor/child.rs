@@ -366,10 +366,7 @@ fn ignore_sigttou() -> Option<SigHandler> {
 fn spawn_error(program: &OsString, e: &io::Error) -> Error {
     let shown = program.to_string_lossy();
     if let Some(libc::EAGAIN | libc::ENOMEM | libc::EMFILE | libc::ENFILE) = e.raw_os_error() {
-        return Error::internal(format!(
-            "cannot start {shown:?}: {}",
-            crate::messages::io(e)
-        ));
+        return Error::os(&format!("cannot start {shown:?}"), e);
     }
     let (code, what) = match e.kind() {
         io::ErrorKind::NotFound => (exit::NOT_FOUND, not_found(program)),

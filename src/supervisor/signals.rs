@@ -66,7 +66,8 @@ pub fn listen() -> io::Result<Signals> {
     let mut handled = nix::sys::signal::SigSet::empty();
     for signal in FORWARDED
         .into_iter()
-        .chain([Signal::SIGCHLD, Signal::SIGTSTP, Signal::SIGCONT])
+        .chain(super::job_control::PASSED_ON)
+        .chain([Signal::SIGCHLD])
     {
         handled.add(signal);
     }
@@ -76,11 +77,19 @@ pub fn listen() -> io::Result<Signals> {
 
 /// Whether `signal` is ignored now (before lockrun installed anything for it).
 fn inherited_ignored(signal: Signal) -> bool {
+    disposition(signal as libc::c_int) == Some(libc::SIG_IGN)
+}
+
+/// The handler `signal` has now (`SIG_DFL`, `SIG_IGN` or a function); `None` for a number that
+/// is no signal. Async-signal-safe: one system call on this stack.
+pub(super) fn disposition(signal: libc::c_int) -> Option<libc::sighandler_t> {
     // SAFETY: only queries the disposition into a zeroed structure on this stack.
     unsafe {
         let mut current: libc::sigaction = std::mem::zeroed();
-        libc::sigaction(signal as libc::c_int, std::ptr::null(), &mut current) == 0
-            && current.sa_sigaction == libc::SIG_IGN
+        match libc::sigaction(signal, std::ptr::null(), &mut current) {
+            0 => Some(current.sa_sigaction),
+            _ => None,
+        }
     }
 }
 

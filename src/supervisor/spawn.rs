@@ -339,13 +339,8 @@ fn assert_only_known_signals_caught() {
         if caught().any(|known| known == signal) {
             continue;
         }
-        // SAFETY: queries a disposition into a structure on this stack.
-        let handler = unsafe {
-            let mut current: libc::sigaction = std::mem::zeroed();
-            match libc::sigaction(signal, std::ptr::null(), &mut current) {
-                0 => current.sa_sigaction,
-                _ => continue,
-            }
+        let Some(handler) = super::signals::disposition(signal) else {
+            continue;
         };
         assert!(
             handler == libc::SIG_DFL || handler == libc::SIG_IGN,
@@ -362,16 +357,14 @@ fn assert_only_known_signals_caught() {
 /// As [`steps`].
 unsafe fn default_signals() {
     for signal in caught() {
-        // SAFETY: queries and sets dispositions with structures on this stack.
+        let Some(handler) = super::signals::disposition(signal) else {
+            continue;
+        };
+        if handler == libc::SIG_DFL || (handler == libc::SIG_IGN && signal != libc::SIGPIPE) {
+            continue;
+        }
+        // SAFETY: sets a disposition with a structure on this stack.
         unsafe {
-            let mut current: libc::sigaction = std::mem::zeroed();
-            if libc::sigaction(signal, std::ptr::null(), &mut current) != 0 {
-                continue;
-            }
-            let handler = current.sa_sigaction;
-            if handler == libc::SIG_DFL || (handler == libc::SIG_IGN && signal != libc::SIGPIPE) {
-                continue;
-            }
             let mut default: libc::sigaction = std::mem::zeroed();
             default.sa_sigaction = libc::SIG_DFL;
             libc::sigaction(signal, &default, std::ptr::null_mut());
