@@ -38,6 +38,7 @@ macro_rules! conformance {
             failures::a_frozen_holder_is_overtaken_and_stopped_when_it_wakes,
             failures::a_command_that_ends_while_lockrun_is_frozen_past_its_lease_is_a_lost_lease,
             failures::forced_release_stops_every_holder_at_once,
+            failures::a_command_ending_right_after_a_forced_release_is_a_lost_lease,
             inspection::status_and_list_show_the_contract_shape,
             inspection::passwords_never_leak,
             inspection::unreachable_backend_exits_69_naming_it,

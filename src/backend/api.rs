@@ -257,8 +257,9 @@ pub trait Lease: Send + Sync {
     /// Extends the lease, only if this run still owns it.
     async fn renew(&self) -> Result<Renewal, RenewError>;
 
-    /// Gives the lease up, only if this run still owns it, and wakes the next waiter.
-    async fn release(self: Box<Self>) -> Result<(), BackendError>;
+    /// Gives the lease up, only if this run still owns it, and wakes the next waiter; says
+    /// whether it was still this run's to give.
+    async fn release(self: Box<Self>) -> Result<Released, BackendError>;
 
     /// Resolves when the backend announces that this lease may have been broken (`release
     /// --force`), or when an announcement may have gone unheard (its listener just started or
@@ -267,6 +268,16 @@ pub trait Lease: Send + Sync {
     async fn revoked(&self) -> Revocation {
         std::future::pending().await
     }
+}
+
+/// What [`Lease::release`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Released {
+    /// The lease was this run's, and is given back.
+    Given,
+    /// The lease was no longer this run's (broken with `release --force`, expired, or taken
+    /// over): there was nothing to give back, and the run was not covered to its end.
+    AlreadyGone,
 }
 
 /// Why [`Lease::revoked`] resolved; either way the supervisor renews at once.

@@ -28,7 +28,7 @@ mod zookeeper;
 
 pub use api::{
     AcquireRequest, Acquired, Backend, BackendError, Cancel, Grant, HolderInfo, HolderStatus,
-    IntervalClaim, Lease, LockStatus, MAX_LIMIT, Mode, RenewError, Renewal, Revocation,
+    IntervalClaim, Lease, LockStatus, MAX_LIMIT, Mode, Released, RenewError, Renewal, Revocation,
     WaiterStatus,
 };
 pub use inspect::Inspect;

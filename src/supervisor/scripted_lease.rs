@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::backend::{BackendError, Grant, Lease, RenewError, Renewal, Revocation};
+use crate::backend::{BackendError, Grant, Lease, Released, RenewError, Renewal, Revocation};
 use crate::clock::BootInstant;
 
 /// What the next renewals do.
@@ -30,6 +30,8 @@ pub struct Script {
     pub renewals: Mutex<Renewals>,
     pub renew_calls: AtomicU32,
     pub released: AtomicBool,
+    /// The release finds the lease no longer this run's (broken while the command ran).
+    pub gone_at_release: AtomicBool,
     /// Announces a forced release to the supervisor.
     pub revoke: tokio::sync::Notify,
 }
@@ -40,6 +42,7 @@ impl Script {
             renewals: Mutex::new(renewals),
             renew_calls: AtomicU32::new(0),
             released: AtomicBool::new(false),
+            gone_at_release: AtomicBool::new(false),
             revoke: tokio::sync::Notify::new(),
         })
     }
@@ -95,9 +98,12 @@ impl Lease for ScriptedLease {
         }
     }
 
-    async fn release(self: Box<Self>) -> Result<(), BackendError> {
+    async fn release(self: Box<Self>) -> Result<Released, BackendError> {
         self.script.released.store(true, Ordering::SeqCst);
-        Ok(())
+        Ok(match self.script.gone_at_release.load(Ordering::SeqCst) {
+            true => Released::AlreadyGone,
+            false => Released::Given,
+        })
     }
 
     async fn revoked(&self) -> Revocation {

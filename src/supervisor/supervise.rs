@@ -19,7 +19,7 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 
 use super::child::Child;
-use crate::backend::{Lease, RenewError, Renewal, Revocation};
+use crate::backend::{Lease, Released, RenewError, Renewal, Revocation};
 use crate::clock::{BootInstant, BootTimer};
 use crate::exit::{self, Error};
 use crate::messages::duration;
@@ -375,7 +375,29 @@ pub async fn supervise(
     {
         release_limit = release_limit.min(expiry.remaining().max(LOST_RELEASE_FLOOR));
     }
-    release(lease, release_limit).await;
+    let release_sent = BootInstant::now();
+    let released = release(lease, release_limit).await;
+    // A release sent while the lease should still have held, that finds it already gone, shows
+    // it was broken while the command ran, unnoticed because the command ended before the next
+    // renewal would have told: the run was not covered to its end, which is a loss like any other.
+    if released == Some(Released::AlreadyGone)
+        && keeper.expiry.is_none_or(|expiry| release_sent < expiry)
+        && !matches!(
+            keeper.stopping,
+            Some(Stopping {
+                cause: Cause::LeaseLost(_),
+                ..
+            })
+        )
+    {
+        let reason = "the lease was gone when the command ended (broken with release --force, \
+                      expired, or taken over)";
+        crate::error!("{reason}");
+        keeper.stopping = Some(Stopping {
+            cause: Cause::LeaseLost(reason.into()),
+            kill_at: None,
+        });
+    }
     // From here on, whatever happens to lockrun, what the command left running is its own. The
     // lease goes back first: standing the watchdog down wakes it to exit (a process's teardown,
     // on a CPU the next holder may be waiting for) and, for a command moved into a cgroup, moves
@@ -427,11 +449,25 @@ async fn finish_stop(kill_at: Option<BootInstant>, child: &Child, timer: &mut Bo
 }
 
 /// Gives the lease back (owner-checked by the backend), without letting a dead backend hold up
-/// lockrun's exit.
-async fn release(lease: Box<dyn Lease>, limit: Duration) {
+/// lockrun's exit; what the backend found, if it answered.
+async fn release(lease: Box<dyn Lease>, limit: Duration) -> Option<Released> {
     match tokio::time::timeout(limit, lease.release()).await {
-        Ok(Ok(())) => crate::info!("released"),
-        Ok(Err(e)) => crate::warn!("release failed: {e}; the lease will expire by itself"),
-        Err(_) => crate::warn!("release not answered; the lease will expire by itself"),
+        Ok(Ok(found)) => {
+            match found {
+                Released::Given => crate::info!("released"),
+                Released::AlreadyGone => {
+                    crate::info!("the lease was no longer this run's; nothing to release")
+                }
+            }
+            Some(found)
+        }
+        Ok(Err(e)) => {
+            crate::warn!("release failed: {e}; the lease will expire by itself");
+            None
+        }
+        Err(_) => {
+            crate::warn!("release not answered; the lease will expire by itself");
+            None
+        }
     }
 }

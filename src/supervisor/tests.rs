@@ -274,3 +274,16 @@ async fn a_spurious_announcement_only_costs_a_renewal() {
         .await;
     assert_eq!(outcome, Outcome::Exited(5));
 }
+
+#[tokio::test]
+async fn a_lease_found_gone_at_the_release_is_a_loss_not_the_commands_status() {
+    // The command ends before any renewal could learn that the lease was broken: only the
+    // release finds out, and the run must not pass the command's 0 on as if it had been covered.
+    let run = Run::new("exit 0", Renewals::Confirm);
+    run.script.gone_at_release.store(true, Ordering::SeqCst);
+    let outcome = run.alone().await;
+    assert!(
+        matches!(outcome, Outcome::LeaseLost(ref r) if r.contains("gone when the command ended")),
+        "{outcome:?}"
+    );
+}

@@ -308,3 +308,28 @@ pub fn forced_release_stops_every_holder_at_once<F: Fixture>() {
         "the token fell back"
     );
 }
+
+/// Guards against a holder whose command ends right after `release --force`, before any
+/// renewal or announcement reaches it, passing the command's 0 on as if the lease had covered
+/// the whole run: its release finds the lease gone, and that is a lost lease (76). A kernel lock
+/// cannot be broken, so there the run ends as its command did.
+pub fn a_command_ending_right_after_a_forced_release_is_a_lost_lease<F: Fixture>() {
+    let fx = F::start();
+    let s = Scene::new(fx.url());
+    let mut holder = s.hold("brief", "h", &["--ttl", "30s"]);
+    let out = s.run(["release", "brief", "--force"]);
+    // The command ends within its 20 ms poll: sooner than lockrun's next renewal (10 s away)
+    // or any listener it opens for an announcement.
+    let finished = holder.finish();
+    let said = text(&finished.stderr);
+    match F::FORCE_RELEASE {
+        true => {
+            assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+            assert_eq!(code(&finished), 76, "{said}");
+            assert_said(&finished, "gone");
+        }
+        false => assert_eq!(code(&finished), 0, "{said}"),
+    }
+    let out = s.run(["--name", "brief", "--", "true"]);
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+}

@@ -21,7 +21,7 @@ use super::item::{self, Seat};
 use super::link::{Failure, Link, REQUEST_TIMEOUT};
 use super::write;
 use crate::backend::waiting::policy::renew_timeout;
-use crate::backend::{BackendError, Grant, Lease, RenewError, Renewal};
+use crate::backend::{BackendError, Grant, Lease, Released, RenewError, Renewal};
 use crate::name::LockName;
 
 /// A seat held by this run.
@@ -99,13 +99,10 @@ impl Lease for DynamoLease {
         }
     }
 
-    async fn release(self: Box<Self>) -> Result<(), BackendError> {
+    async fn release(self: Box<Self>) -> Result<Released, BackendError> {
         let released = release(&self.link, &self.name, &self.seat, &self.owner)
             .await
             .map_err(|f| self.link.error(f))?;
-        if !released {
-            crate::info!("the lease was no longer this run's; nothing to release");
-        }
         if let Some(ticket) = self.ticket
             && let Err(f) =
                 super::queue::forget(&self.link, &self.name, ticket, Some(&self.owner)).await
@@ -115,6 +112,9 @@ impl Lease for DynamoLease {
                 self.link.error(f)
             );
         }
-        Ok(())
+        Ok(match released {
+            true => Released::Given,
+            false => Released::AlreadyGone,
+        })
     }
 }

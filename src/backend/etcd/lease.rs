@@ -29,7 +29,7 @@ use super::line;
 use super::link::{Failure, Link, REQUEST_TIMEOUT, is_lease_taken};
 use super::watch::{Event, Watcher};
 use crate::backend::waiting::policy::{LEAVE_TIMEOUT, SAFETY_RECHECK, random_bytes, renew_timeout};
-use crate::backend::{BackendError, Grant, Lease, RenewError, Renewal, Revocation};
+use crate::backend::{BackendError, Grant, Lease, Released, RenewError, Renewal, Revocation};
 
 /// How long a holder's command runs before the holder watches its key for a forced release.
 const WATCH_AFTER: Duration = Duration::from_millis(100);
@@ -90,16 +90,16 @@ impl Lease for EtcdLease {
         Ok(Renewal { ttl: Some(ttl) })
     }
 
-    async fn release(mut self: Box<Self>) -> Result<(), BackendError> {
+    async fn release(mut self: Box<Self>) -> Result<Released, BackendError> {
         if let Some(stamp) = self.stamp.take()
             && tokio::time::timeout(LEAVE_TIMEOUT, stamp).await.is_err()
         {
             crate::debug!("the record of when the lock was won took too long; releasing anyway");
         }
-        if !revoke(&self.link, self.id).await? {
-            crate::info!("the lease was already gone; nothing to release");
-        }
-        Ok(())
+        Ok(match revoke(&self.link, self.id).await? {
+            true => Released::Given,
+            false => Released::AlreadyGone,
+        })
     }
 
     async fn revoked(&self) -> Revocation {

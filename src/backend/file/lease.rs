@@ -18,7 +18,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use super::state_dir::{FileId, StateDir};
-use crate::backend::{BackendError, Grant, HolderInfo, Lease, RenewError, Renewal};
+use crate::backend::{BackendError, Grant, HolderInfo, Lease, Released, RenewError, Renewal};
 use crate::messages::io as io_reason;
 
 /// What a holder records for `status`.
@@ -207,7 +207,7 @@ impl Lease for FileLease {
 
     /// Drops what waited for the command's start, blanks the record, lets go of the lock, then
     /// closes the read-write descriptor, which wakes the waiters.
-    async fn release(self: Box<Self>) -> Result<(), BackendError> {
+    async fn release(self: Box<Self>) -> Result<Released, BackendError> {
         let FileLease {
             lock,
             bell,
@@ -228,10 +228,13 @@ impl Lease for FileLease {
         };
         drop(lock);
         drop(bell);
-        cleared.map_err(|e| BackendError::Failed {
-            endpoint: dir.path().join(&lock_name).display().to_string(),
-            reason: io_reason(&e),
-        })
+        // A kernel lock is held until it is let go: it was this run's to the end.
+        cleared
+            .map(|()| Released::Given)
+            .map_err(|e| BackendError::Failed {
+                endpoint: dir.path().join(&lock_name).display().to_string(),
+                reason: io_reason(&e),
+            })
     }
 }
 

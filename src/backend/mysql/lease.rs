@@ -21,7 +21,7 @@ use mysql_async::prelude::Queryable;
 use super::connect::{Link, REQUEST_TIMEOUT, discard};
 use super::line::{cell, single};
 use crate::backend::waiting::policy::{SAFETY_RECHECK, renew_timeout};
-use crate::backend::{BackendError, Grant, Lease, RenewError, Renewal, Revocation};
+use crate::backend::{BackendError, Grant, Lease, Released, RenewError, Renewal, Revocation};
 
 /// How long after the command started the holder begins listening for a forced release: a
 /// short command never opens the second connection, and the listening statement's first look
@@ -105,7 +105,7 @@ impl Lease for MySqlLease {
         }
     }
 
-    async fn release(self: Box<Self>) -> Result<(), BackendError> {
+    async fn release(self: Box<Self>) -> Result<Released, BackendError> {
         // The supervisor dropped the listening future before releasing; an idle listening
         // connection is closed, never waited for.
         if let Ok(mut listening) = self.listening.try_lock()
@@ -116,10 +116,10 @@ impl Lease for MySqlLease {
         let sql = self.link.sql().release(&self.name, &self.owner);
         let reply = self.link.query_repeatable(REQUEST_TIMEOUT, &sql).await?;
         let row = single(&self.link, &reply)?;
-        if cell::<i64>(&self.link, &row, 0)? == 0 {
-            crate::info!("the lease was no longer this run's; nothing to release");
-        }
-        Ok(())
+        Ok(match cell::<i64>(&self.link, &row, 0)? {
+            0 => Released::AlreadyGone,
+            _ => Released::Given,
+        })
     }
 
     async fn revoked(&self) -> Revocation {

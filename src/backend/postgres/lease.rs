@@ -20,7 +20,7 @@ use tokio_postgres::types::Type;
 use super::link::{Link, REQUEST_TIMEOUT, Subscribed};
 use super::schema;
 use crate::backend::waiting::policy::{SAFETY_RECHECK, renew_timeout};
-use crate::backend::{BackendError, Grant, Lease, RenewError, Renewal, Revocation};
+use crate::backend::{BackendError, Grant, Lease, Released, RenewError, Renewal, Revocation};
 
 /// How often a holder behind a pooler checks that its row is still there.
 const HOLD_CHECK: Duration = Duration::from_millis(500);
@@ -108,7 +108,7 @@ impl Lease for PostgresLease {
         }
     }
 
-    async fn release(self: Box<Self>) -> Result<(), BackendError> {
+    async fn release(self: Box<Self>) -> Result<Released, BackendError> {
         let legacy = schema::legacy_channel(self.link.schema(), &self.name);
         let rows = self
             .link
@@ -126,10 +126,10 @@ impl Lease for PostgresLease {
         let released = rows
             .first()
             .and_then(|row| row.try_get::<_, Option<bool>>(0).ok().flatten());
-        if released != Some(true) {
-            crate::info!("the lease was no longer this run's; nothing to release");
-        }
-        Ok(())
+        Ok(match released {
+            Some(true) => Released::Given,
+            _ => Released::AlreadyGone,
+        })
     }
 
     async fn revoked(&self) -> Revocation {

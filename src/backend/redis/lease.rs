@@ -22,7 +22,7 @@ use super::keys::Keys;
 use super::scripts::{self, Call};
 use crate::backend::waiting::line::Doorbell;
 use crate::backend::waiting::policy::{SAFETY_RECHECK, renew_timeout};
-use crate::backend::{BackendError, Grant, Lease, Mode, RenewError, Renewal, Revocation};
+use crate::backend::{BackendError, Grant, Lease, Mode, Released, RenewError, Renewal, Revocation};
 
 /// How long after the command started the holder begins listening for a forced release: a
 /// short command never needs the second connection, and the check that follows the subscription
@@ -125,13 +125,13 @@ impl Lease for RedisLease {
         }
     }
 
-    async fn release(self: Box<Self>) -> Result<(), BackendError> {
+    async fn release(self: Box<Self>) -> Result<Released, BackendError> {
         let call = self.hold.release_call();
         let released: i64 = call.run_repeatable(&self.link, REQUEST_TIMEOUT).await?;
-        if released == 0 {
-            crate::info!("the lease was no longer this run's; nothing to release");
-        }
-        Ok(())
+        Ok(match released {
+            0 => Released::AlreadyGone,
+            _ => Released::Given,
+        })
     }
 
     async fn revoked(&self) -> Revocation {

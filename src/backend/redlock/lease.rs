@@ -22,7 +22,7 @@ use crate::backend::redis::connect::REQUEST_TIMEOUT;
 use crate::backend::redis::keys::Keys;
 use crate::backend::redis::lease::{Hold, listen_for_revocation};
 use crate::backend::waiting::policy::renew_timeout;
-use crate::backend::{BackendError, Grant, Lease, Mode, RenewError, Renewal, Revocation};
+use crate::backend::{BackendError, Grant, Lease, Mode, Released, RenewError, Renewal, Revocation};
 
 /// A hold of this run's on a quorum of masters.
 pub struct RedlockLease {
@@ -93,14 +93,14 @@ impl Lease for RedlockLease {
         }))
     }
 
-    async fn release(self: Box<Self>) -> Result<(), BackendError> {
+    async fn release(self: Box<Self>) -> Result<Released, BackendError> {
         let call = self.hold.release_call();
         let round = self.masters.call_repeatable::<i64>(&call, REQUEST_TIMEOUT);
         let released = self.masters.most_of(round, STRAGGLERS).await?;
-        if released.iter().all(|(_, n)| *n == 0) {
-            crate::info!("the lease was no longer this run's; nothing to release");
-        }
-        Ok(())
+        Ok(match released.iter().all(|(_, n)| *n == 0) {
+            true => Released::AlreadyGone,
+            false => Released::Given,
+        })
     }
 
     async fn revoked(&self) -> Revocation {

@@ -20,7 +20,7 @@ use zookeeper_client as zk;
 use super::link::{Link, REQUEST_TIMEOUT, session_gone};
 use super::session::close;
 use crate::backend::waiting::policy::{SAFETY_RECHECK, renew_timeout};
-use crate::backend::{BackendError, Grant, Lease, RenewError, Renewal, Revocation};
+use crate::backend::{BackendError, Grant, Lease, Released, RenewError, Renewal, Revocation};
 
 /// How long a release waits for the ensemble to confirm that the session is closed; the session
 /// holds nothing by then, and expires by itself if the close went unheard.
@@ -91,7 +91,7 @@ impl Lease for ZkLease {
         }
     }
 
-    async fn release(self: Box<Self>) -> Result<(), BackendError> {
+    async fn release(self: Box<Self>) -> Result<Released, BackendError> {
         let ZkLease {
             link,
             session,
@@ -113,16 +113,13 @@ impl Lease for ZkLease {
         }
         let closed = close(session, CLOSE_WAIT).await;
         match deleted {
-            Ok(()) => {}
+            Ok(()) => Ok(Released::Given),
             // Already gone (a forced release, or the session expired): nothing of this run's.
-            Err(zk::Error::NoNode) => {
-                crate::info!("the lease was no longer this run's; nothing to release");
-            }
+            Err(zk::Error::NoNode) => Ok(Released::AlreadyGone),
             // The session's end takes the znode with it, if the close was heard.
-            Err(_) if closed => {}
-            Err(e) => return Err(link.failed(&e)),
+            Err(_) if closed => Ok(Released::Given),
+            Err(e) => Err(link.failed(&e)),
         }
-        Ok(())
     }
 
     async fn revoked(&self) -> Revocation {
