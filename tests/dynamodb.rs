@@ -104,13 +104,25 @@ fn a_paused_holder_is_taken_over_only_after_a_whole_unchanged_lease() {
 
 /// Guards against a table that must exist beforehand: the first run creates it (on-demand
 /// capacity, one string key `pk`), six lockruns doing so at once all succeed without a word, and
-/// with `create=false` a missing table is refused (exit 69) naming it, and is not created.
+/// with `create=false` a missing table is refused (exit 69) naming it, and is not created — by
+/// `status`, `list` and `release --force` too, which must not answer "free" from a table that
+/// is not there.
 #[test]
 fn the_table_is_created_on_first_use_unless_create_false() {
     let server = Dynalite::start();
     let refused = Scene::new(format!("{}&create=false", server.url()));
     let line = refused.refuses(refused.url(), "x", 69, TABLE);
     assert!(line.contains("does not exist"), "{line}");
+    for look in [
+        &["status", "x"][..],
+        &["status", "x", "--json"],
+        &["list"],
+        &["release", "x", "--force"],
+    ] {
+        let out = refused.run(look);
+        let line = assert_one_line(&out, 69, TABLE);
+        assert!(line.contains("does not exist"), "{look:?}: {line}");
+    }
     let tables = server.call("ListTables", &serde_json::json!({}));
     assert_eq!(tables["TableNames"], serde_json::json!([]), "{tables}");
 

@@ -438,6 +438,17 @@ pub fn is_scheme(text: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
 }
 
+/// The authority of `raw` as written, from after `scheme://` up to the first `/`, `?` or `#`;
+/// `None` when there is no scheme or the text holds an `@` (credentials). For a backend whose
+/// authority is not a host (a DynamoDB table) to word the error of a URL that does not split.
+pub fn written_authority(raw: &str) -> Option<&str> {
+    let (scheme, rest) = raw.split_once("://")?;
+    if !is_scheme(scheme) || rest.contains('@') {
+        return None;
+    }
+    Some(&rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())])
+}
+
 /// Any text that may be a URL, safe to show: the credentials of a URL that splits are replaced
 /// as in [`Url::shown`]; of anything else only the scheme (when there is one) and what follows the
 /// last `@` (when there is one) remain, so a password typed in any shape never shows.

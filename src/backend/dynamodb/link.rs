@@ -171,7 +171,9 @@ impl Link {
         }
     }
 
-    /// Like [`Link::send`], but a missing table is an answer (`None`), never created.
+    /// Like [`Link::send`], but a missing table is never created: where it may be created on
+    /// first use it is an answer (`None`, nothing in it yet), and with `create=false` the error
+    /// the run would meet.
     pub async fn read<T, E, Fut>(
         &self,
         limit: Duration,
@@ -184,7 +186,7 @@ impl Link {
     {
         match self.once(limit, action, request).await {
             Ok(answer) => Ok(Some(answer)),
-            Err(Failure::NoTable) => Ok(None),
+            Err(Failure::NoTable) if self.create => Ok(None),
             Err(e) => Err(e),
         }
     }

@@ -11,7 +11,7 @@ use async_trait::async_trait;
 
 use super::line::Dynamo;
 use super::link::Link;
-use crate::backend::url::{LoneUserinfo, Url, UrlForms};
+use crate::backend::url::{LoneUserinfo, Url, UrlForms, written_authority};
 use crate::backend::waiting::networked::Networked;
 use crate::backend::{Backend, BackendError};
 
@@ -30,7 +30,14 @@ pub struct Settings {
 impl Settings {
     /// Parses a `dynamodb://` URL; the error is a reason fragment.
     pub fn parse(raw: &str) -> Result<Self, String> {
-        let url = Url::split(raw, LoneUserinfo::User)?;
+        // A table name with a character no host has would otherwise be reported as a bad host.
+        let url =
+            Url::split(raw, LoneUserinfo::User).map_err(|reason| {
+                match written_authority(raw).filter(|table| !table.is_empty()) {
+                    Some(table) if valid_table(table).is_err() => table_rule("the table name"),
+                    _ => reason,
+                }
+            })?;
         if url.user.is_some() || url.password.is_some() {
             return Err(
                 "credentials do not go in a dynamodb:// URL: they come from the \
@@ -89,10 +96,13 @@ fn valid_table(table: &str) -> Result<(), String> {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
     match ok {
         true => Ok(()),
-        false => Err(format!(
-            "table name {table:?} is not 3-255 letters, digits, '_', '-' or '.'"
-        )),
+        false => Err(table_rule(&format!("table name {table:?}"))),
     }
+}
+
+/// The table-name rule broken by `what`.
+fn table_rule(what: &str) -> String {
+    format!("{what} is not 3-255 letters, digits, '_', '-' or '.'")
 }
 
 /// `http://host[:port]` or `https://host[:port]`, without credentials or a path.
@@ -163,6 +173,13 @@ mod tests {
                 "dynamodb://u:hunter2@locks",
             ],
         );
+        for bad in ["dynamodb://bad!table", "dynamodb://bad table?create=false"] {
+            let err = Settings::parse(bad).unwrap_err();
+            assert!(
+                err.starts_with("the table name is not 3-255"),
+                "{bad}: {err}"
+            );
+        }
         let err = Settings::parse("dynamodb://locks?endpoint=http://u:hunter2@h:1").unwrap_err();
         assert!(!err.contains("hunter2"), "{err}");
     }
