@@ -360,7 +360,12 @@ async fn busy(backend: &dyn Backend, config: &RunConfig) -> Error {
                 .first()
                 .map(|h| match (h.token, h.host.is_empty()) {
                     (0, true) => format!(" (held by pid {}: not a lockrun, no token)", h.pid),
-                    _ => format!(" (held by pid {} on {}, token {})", h.pid, h.host, h.token),
+                    _ => format!(
+                        " (held by pid {} on {}, token {})",
+                        h.pid,
+                        crate::messages::printable(&h.host),
+                        h.token
+                    ),
                 })
                 .unwrap_or_default(),
             _ => String::new(),

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::backend::{BackendSpec, LockStatus, Mode};
 use crate::exit::Error;
-use crate::messages::duration;
+use crate::messages::{duration, printable};
 use crate::name::LockName;
 
 /// Exit status of `status --quiet` when NAME is free.
@@ -82,13 +82,19 @@ fn describe(status: &LockStatus) -> String {
         let _ = write!(
             text,
             "  token {} slot {}: pid {} on {} as {}, since {}, lease {} left",
-            h.token, h.slot, h.pid, h.host, h.user, h.acquired_at, left
+            h.token,
+            h.slot,
+            h.pid,
+            printable(&h.host),
+            printable(&h.user),
+            printable(&h.acquired_at),
+            left
         );
         if h.mode == Mode::Shared {
             text.push_str(", shared");
         }
         if let Some(note) = &h.note {
-            let _ = write!(text, ", note: {note}");
+            let _ = write!(text, ", note: {}", printable(note));
         }
         text.push('\n');
     }
@@ -98,15 +104,15 @@ fn describe(status: &LockStatus) -> String {
             "  waiting {}: pid {} on {} as {}, since {}",
             place + 1,
             w.pid,
-            w.host,
-            w.user,
-            w.since
+            printable(&w.host),
+            printable(&w.user),
+            printable(&w.since)
         );
         if w.mode == Mode::Shared {
             text.push_str(", shared");
         }
         if let Some(note) = &w.note {
-            let _ = write!(text, ", note: {note}");
+            let _ = write!(text, ", note: {}", printable(note));
         }
         text.push('\n');
     }

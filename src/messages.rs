@@ -87,6 +87,28 @@ pub fn fragment(text: &str, secrets: &[String]) -> String {
     }
 }
 
+/// Text another process wrote (a holder's note, host or user, read from the backend), made safe
+/// to print on a terminal: control characters but tabs, and the Unicode controls that reorder or hide
+/// what follows them (bidirectional overrides, embeddings and isolates), are shown as `\u{…}`
+/// escapes instead of acting on the display.
+pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    let acts = |c: char| {
+        (c.is_control() && c != '\t')
+            || matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    };
+    if !text.contains(acts) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut shown = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match acts(c) {
+            true => shown.push_str(&c.escape_unicode().to_string()),
+            false => shown.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(shown)
+}
+
 /// An I/O error as a fragment.
 pub fn io(e: &io::Error) -> String {
     fragment(&e.to_string(), &[])
@@ -120,6 +142,16 @@ pub fn duration(d: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn printable_text_cannot_reorder_or_hide_what_follows() {
+        assert!(matches!(
+            printable("deploy #42 — שלום"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        assert_eq!(printable("a\u{202e}gnp.exe"), "a\\u{202e}gnp.exe");
+        assert_eq!(printable("x\u{1b}[2Jy\u{2066}"), "x\\u{1b}[2Jy\\u{2066}");
+    }
 
     #[test]
     fn fragments_are_scrubbed_lowercase_single_lines() {

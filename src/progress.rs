@@ -6,7 +6,7 @@ use std::convert::Infallible;
 use std::time::{Duration, SystemTime};
 
 use crate::backend::{AcquireRequest, Backend, HolderStatus, LockStatus};
-use crate::messages::duration;
+use crate::messages::{duration, printable};
 
 /// When the first line comes: a wait that ends sooner says nothing.
 const FIRST_AFTER: Duration = Duration::from_secs(1);
@@ -69,12 +69,12 @@ fn holder(h: &HolderStatus) -> String {
     if h.token == 0 && h.host.is_empty() {
         return format!("pid {} (not a lockrun: no token)", h.pid);
     }
-    let mut text = format!("{} pid {}", h.host, h.pid);
+    let mut text = format!("{} pid {}", printable(&h.host), h.pid);
     if let Some(held) = held_for(&h.acquired_at) {
         text.push_str(&format!(" for {}", duration(held)));
     }
     if let Some(note) = &h.note {
-        text.push_str(&format!(", note {note}"));
+        text.push_str(&format!(", note {}", printable(note)));
     }
     text
 }

@@ -199,6 +199,38 @@ fn help_and_version_go_to_stdout_and_succeed() {
     assert_eq!(code(&out), 0);
 }
 
+/// Guards against output lost without a word: help, the version or a `status` that cannot be
+/// written (a full disk) is an error, while a reader that stopped reading is not.
+#[test]
+fn output_that_cannot_be_written_is_an_error() {
+    let env = Scene::file();
+    let full = || {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap()
+    };
+    for args in [
+        &["--help"][..],
+        &["--version"],
+        &["status", "--help"],
+        &["status", "x"],
+    ] {
+        let out = env.cmd(args).stdout(full()).output().unwrap();
+        assert_one_line(&out, 70, "cannot write to stdout: no space left on device");
+    }
+    let mut cmd = lockrun();
+    let mut reader = cmd
+        .arg("--help")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(reader.stdout.take());
+    let out = reader.wait_with_output().unwrap();
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+}
+
 #[test]
 fn release_without_force_is_refused() {
     let env = Scene::file();
@@ -316,7 +348,8 @@ fn a_note_or_a_name_may_start_with_a_dash() {
 }
 
 /// Guards against a note that stops a deploy: too long is cut with a warning, tabs are kept, a
-/// newline becomes a space; never refused.
+/// newline becomes a space; never refused. And against one that rewrites the terminal of whoever
+/// runs `status`.
 #[test]
 fn notes_are_made_to_fit_never_refused() {
     let env = Scene::file();
@@ -329,6 +362,20 @@ fn notes_are_made_to_fit_never_refused() {
     let out = holder.finish();
     assert_eq!(code(&out), 0, "{}", text(&out.stderr));
     assert_said(&out, "cut to the first 1024");
+    // What a terminal would act on shows as an escape in `status`; the JSON keeps the text.
+    let mut other = env.hold("m", "o", &["--note", "fix\u{202e}gnp.exe"]);
+    assert_eq!(
+        env.wait_held("m", 1)["holders"][0]["note"],
+        "fix\u{202e}gnp.exe"
+    );
+    let out = env.run(["status", "m"]);
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("note: fix\\u{202e}gnp.exe\n"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert_eq!(code(&other.finish()), 0);
 }
 
 /// Guards against a crontab's `LOCKRUN_X=` (set but empty) breaking every job: an empty variable

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
-use crate::support::asserts::assert_ended_without_running;
+use crate::support::asserts::{assert_ended_without_running, assert_one_line};
 use crate::support::holder::Holder;
 use crate::support::lockrun::{BIN, Proc, output, scrub, stderr_of_exited};
 use crate::support::scene::Scene;
@@ -102,8 +102,12 @@ fn a_symlink_planted_as_a_lock_file_is_refused() {
     std::fs::write(&target, "precious").unwrap();
     std::os::unix::fs::symlink(&target, env.state().join("evil.lock")).unwrap();
     let out = env.run(["--name", "evil", "--", "true"]);
-    assert_eq!(code(&out), 69, "{}", text(&out.stderr));
+    assert_one_line(&out, 69, "evil.lock is a symbolic link");
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "precious");
+    // A dangling one is named as a link too, not as a loop of links.
+    std::os::unix::fs::symlink(env.path("nowhere"), env.state().join("dangling.lock")).unwrap();
+    let out = env.run(["--name", "dangling", "--", "true"]);
+    assert_one_line(&out, 69, "dangling.lock is a symbolic link");
 }
 
 #[test]

@@ -38,7 +38,7 @@ fn a_command_killed_by_a_signal_gives_128_plus_n() {
 }
 
 #[test]
-fn a_missing_command_exits_127_and_a_non_executable_one_126() {
+fn a_missing_command_exits_127_and_a_non_executable_one_or_a_directory_126() {
     let env = Scene::file();
     let out = env.run(["--name", "x", "--", "/no/such/program"]);
     assert_eq!(code(&out), 127, "{}", text(&out.stderr));
@@ -54,6 +54,9 @@ fn a_missing_command_exits_127_and_a_non_executable_one_126() {
     assert_eq!(code(&out), 126, "{}", text(&out.stderr));
 
     assert_said(&out, "permission denied");
+    let out = env.run(["--name", "x", "--", env.dir().to_str().unwrap()]);
+    assert_eq!(code(&out), 126, "{}", text(&out.stderr));
+    assert_said(&out, "it is a directory");
 
     // Either way the lock was given back.
     assert_eq!(env.status("x")["held"], false);

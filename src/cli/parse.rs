@@ -226,8 +226,12 @@ fn clap_error(e: &clap::Error, args: &[OsString]) -> Result<Parsed, Error> {
         ErrorKind::DisplayHelp
         | ErrorKind::DisplayVersion
         | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
-            let _ = e.print();
-            Ok(Parsed::Printed)
+            match e.print() {
+                Ok(()) => Ok(Parsed::Printed),
+                // `lockrun --help | head -1` is the reader's choice; a full disk is not.
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(Parsed::Printed),
+                Err(e) => Err(Error::os("cannot write to stdout", &e)),
+            }
         }
         _ => Err(Error::Usage(usage_message(e, args))),
     }

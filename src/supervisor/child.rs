@@ -370,6 +370,13 @@ fn spawn_error(program: &OsString, e: &io::Error) -> Error {
     }
     let (code, what) = match e.kind() {
         io::ErrorKind::NotFound => (exit::NOT_FOUND, not_found(program)),
+        // The kernel refuses a directory as it does a file without execute permission.
+        io::ErrorKind::PermissionDenied
+            if program.as_encoded_bytes().contains(&b'/')
+                && std::path::Path::new(program).is_dir() =>
+        {
+            (exit::NOT_EXECUTABLE, "it is a directory".to_owned())
+        }
         io::ErrorKind::PermissionDenied => (
             exit::NOT_EXECUTABLE,
             "permission denied (is it executable? chmod +x, or run it with its interpreter)"

@@ -232,7 +232,17 @@ impl StateDir {
             flags | OFlag::O_NONBLOCK | OFlag::O_NOCTTY,
             Mode::from_bits_truncate(FILE_MODE),
         )
-        .map_err(|e| self.named(file_name, e.into()))?;
+        .map_err(|e| match e {
+            // What O_NOFOLLOW refuses: a link, dangling or not, where a lockrun file belongs.
+            nix::errno::Errno::ELOOP => io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{} is a symbolic link, which lockrun does not follow in its state directory",
+                    self.path.join(file_name).display()
+                ),
+            ),
+            e => self.named(file_name, e.into()),
+        })?;
         let file = File::from(fd);
         let meta = file.metadata().map_err(|e| self.named(file_name, e))?;
         if !meta.is_file() {
