@@ -119,7 +119,8 @@ fn describe(status: &LockStatus) -> String {
     text
 }
 
-fn print(text: &str) -> Result<u8, Error> {
+/// Writes a subcommand's report to stdout (exit 0); a disk that is full is an error.
+pub fn print(text: &str) -> Result<u8, Error> {
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Ok(()) => Ok(0),

@@ -1,7 +1,7 @@
 //! lockrun's own messages: always on stderr, always prefixed `lockrun:`, filtered by `-q`/`-v`;
-//! and the two helpers every message goes through — [`fragment`] for text that comes from
-//! elsewhere (an I/O error, a server's reply, a client library), [`duration`] for times.
-//! stdout belongs to the command alone.
+//! and the helpers messages go through — [`fragment`] for text that comes from elsewhere (an I/O
+//! error, a server's reply, a client library), [`printable`] for what other processes wrote
+//! (a holder's note, host or user), [`duration`] for times. stdout belongs to the command alone.
 
 use std::io::{self, Write};
 use std::sync::atomic::{AtomicU8, Ordering};

@@ -3,7 +3,6 @@
 //! the drill produces.
 
 use std::fmt::Write as _;
-use std::io::Write as _;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -121,16 +120,6 @@ pub fn json(t: &Timeline, checks: &[Check]) -> Result<String, Error> {
     let mut text = serde_json::to_string(&value).map_err(Error::internal)?;
     text.push('\n');
     Ok(text)
-}
-
-/// Writes the report to stdout; a closed pipe is the reader's choice.
-pub fn print(text: &str) -> Result<(), Error> {
-    let mut out = std::io::stdout().lock();
-    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        Err(e) => Err(Error::os("cannot write to stdout", &e)),
-    }
 }
 
 /// The timeline's events, in time order.

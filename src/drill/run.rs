@@ -117,7 +117,7 @@ pub async fn drill(
     } else {
         report::text(&timeline, &checks)
     };
-    report::print(&text)?;
+    crate::inspect::print(&text)?;
     Ok(if verdict::failures(&checks).is_empty() {
         0
     } else {
