@@ -43,6 +43,9 @@ pub async fn run(config: RunConfig) -> Result<u8, Error> {
         supersede: config.supersede,
         answered: false,
     };
+    // Only a waiter supersedes: a run that tries once (`--no-wait`) never stands in line, so it
+    // must not make the waiters there give up.
+    request.supersede &= request.waits();
     crate::info!("acquiring {} on {}", config.name, backend.describe());
     // Filled while the acquisition waits (see `Standby`), and disarmed if the run ends unused.
     let mut standby = Standby::default();
@@ -128,8 +131,10 @@ async fn acquire(
     if let Some(interval) = config.min_interval
         && request.waits()
     {
+        // A try, not a wait: it supersedes nobody (if it skips, it never waited at all).
         let once = AcquireRequest {
             deadline: Some(BootInstant::now()),
+            supersede: false,
             ..request.clone()
         };
         match wait_for(backend, &once, config, signals, standby).await? {

@@ -50,6 +50,7 @@ macro_rules! conformance {
             modes::a_waiting_writer_goes_before_later_readers,
             modes::status_shows_modes_and_a_crashed_reader_frees_its_share,
             modes::supersede_runs_only_the_newest_waiter,
+            modes::a_run_that_does_not_wait_supersedes_nobody,
             modes::min_interval_runs_once_per_period,
             modes::min_interval_skips_at_once_behind_a_recent_run,
             runs::timeout_stops_the_command_with_124_and_frees_the_lock,

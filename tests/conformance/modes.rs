@@ -202,6 +202,41 @@ pub fn supersede_runs_only_the_newest_waiter<F: Fixture>() {
     assert_eq!(std::fs::read_to_string(s.path("deployed")).unwrap(), "4\n");
 }
 
+/// Guards against a lost deploy: a `--supersede` run that does not wait — `--no-wait`, or a
+/// `--min-interval` run that skips behind a recent run — is no waiter, so the waiter already in
+/// line must not give up for it, and runs once the holder is done.
+pub fn a_run_that_does_not_wait_supersedes_nobody<F: Fixture>() {
+    let fx = F::start();
+    let s = Scene::new(fx.url());
+    let mut holder = s.hold("ship", "h", &["--ttl", F::TTL, "--min-interval", "1m"]);
+    let options = ["--supersede", "--note", "queued", "--ttl", F::TTL];
+    let mut waiter = s.waiter("ship", &options, "echo queued >> shipped");
+    s.wait_waiters("ship", 1);
+    for tries in [
+        &["--no-wait"][..],
+        &["--min-interval", "1m", "--wait", "60s"],
+        &["--min-interval", "1m", "--no-wait"],
+    ] {
+        let mut args = vec!["--name", "ship", "--supersede", "--ttl", F::TTL];
+        args.extend_from_slice(tries);
+        args.extend(["--", "sh", "-c", "echo newer >> shipped"]);
+        let out = s.run(&args);
+        assert_eq!(code(&out), 75, "{tries:?}: {}", text(&out.stderr));
+        assert!(
+            s.status("ship")["queue"][0]["note"] == "queued",
+            "{tries:?} took the waiter's place: {}",
+            s.status("ship")
+        );
+    }
+    assert_eq!(code(&holder.finish()), 0);
+    let out = waiter.wait(SOON);
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    assert_eq!(
+        std::fs::read_to_string(s.path("shipped")).unwrap(),
+        "queued\n"
+    );
+}
+
 /// Guards against a fleet cron that runs twice within its interval, or never again after it, and
 /// against a run without `--min-interval` counting as one (it neither checks nor records).
 pub fn min_interval_runs_once_per_period<F: Fixture>() {
