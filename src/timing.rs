@@ -8,7 +8,9 @@
 //! ```
 //!
 //! The margin covers what lockrun cannot measure: the backend's clock running a little fast,
-//! scheduling delay, and the time a KILL takes to land.
+//! scheduling delay, and the time a KILL takes to land. A renewal sent at its time must also have
+//! a moment to be answered before TERM is due (at least [`MIN_ANSWER`]): otherwise a lease kept
+//! by a healthy backend would be given up at every renewal.
 
 use std::time::Duration;
 
@@ -17,6 +19,9 @@ use crate::clock::BootInstant;
 const MIN_MARGIN: Duration = Duration::from_millis(20);
 /// The shortest renewal interval: anything shorter renews in a busy loop.
 pub const MIN_RENEW: Duration = Duration::from_millis(10);
+/// The least time a renewal sent on schedule has to be answered before the command must be
+/// stopped: a round trip, and the timer's and the scheduler's delays.
+const MIN_ANSWER: Duration = Duration::from_millis(10);
 const MAX_MARGIN: Duration = Duration::from_secs(2);
 const MAX_DEFAULT_KILL_AFTER: Duration = Duration::from_secs(10);
 
@@ -68,12 +73,30 @@ impl Timing {
             ));
         }
         if too_short {
+            // Name only what the user gave: a default is not theirs to shorten.
+            let given = match (renew, kill_after) {
+                (Some(_), Some(_)) => format!(
+                    "--renew {} and --kill-after {}",
+                    show(chosen_renew),
+                    show(chosen_kill)
+                ),
+                (Some(_), None) => format!("--renew {}", show(chosen_renew)),
+                _ => format!("--kill-after {}", show(chosen_kill)),
+            };
             return Err(format!(
-                "--renew {} and --kill-after {} leave no time to stop the command before the {} lease ends; \
-                 shorten them or raise --ttl",
-                show(chosen_renew),
-                show(chosen_kill),
-                show(ttl)
+                "{given} leave{} no time to have a renewal answered and stop the command before \
+                 the {} lease ends; shorten {} or raise --ttl",
+                if renew.is_some() && kill_after.is_some() {
+                    ""
+                } else {
+                    "s"
+                },
+                show(ttl),
+                if renew.is_some() && kill_after.is_some() {
+                    "them"
+                } else {
+                    "it"
+                },
             ));
         }
         Ok(Timing {
@@ -114,14 +137,18 @@ fn choose(
     kill_after: Option<Duration>,
 ) -> (Duration, Duration) {
     let renew = renew.unwrap_or(ttl / 3);
-    let room = ttl.saturating_sub(margin(ttl)).saturating_sub(renew);
+    let room = ttl
+        .saturating_sub(margin(ttl))
+        .saturating_sub(renew)
+        .saturating_sub(MIN_ANSWER);
     let kill = kill_after.unwrap_or_else(|| (ttl / 4).min(MAX_DEFAULT_KILL_AFTER).min(room / 2));
     (renew, kill)
 }
 
-/// Whether renewing every `renew`, then a grace of `kill` and the margin, fit inside `ttl`.
+/// Whether renewing every `renew`, a moment for the renewal's answer, then a grace of `kill` and
+/// the margin, fit inside `ttl`.
 fn fits(ttl: Duration, renew: Duration, kill: Duration) -> bool {
-    !kill.is_zero() && renew >= MIN_RENEW && renew + kill + margin(ttl) < ttl
+    !kill.is_zero() && renew >= MIN_RENEW && renew + MIN_ANSWER + kill + margin(ttl) <= ttl
 }
 
 /// The shortest TTL whose default renewal, grace and margin fit, to the millisecond.
@@ -152,8 +179,12 @@ mod tests {
         let mut ttl = shortest;
         while ttl < S(7200) {
             let t = Timing::new(ttl, None, None).unwrap();
-            // A renewal sent at the last moment, its whole grace and the margin end before expiry.
-            assert!(t.renew + t.kill_after + t.margin() < ttl, "{t:?}");
+            // A renewal sent at the last moment has a moment to be answered, and then the whole
+            // grace and the margin end before expiry.
+            assert!(
+                t.renew + MIN_ANSWER + t.kill_after + t.margin() <= ttl,
+                "{t:?}"
+            );
             assert!(
                 t.renew >= MIN_RENEW && t.kill_after > Duration::ZERO,
                 "{t:?}"
@@ -178,7 +209,13 @@ mod tests {
         assert!(Timing::new(S(10), Some(S(6)), Some(S(4))).is_err());
         let err = Timing::new(Duration::from_millis(10), None, None).unwrap_err();
         assert!(
-            err.starts_with("invalid --ttl 10ms") && err.contains("at least 3"),
+            err.starts_with("invalid --ttl 10ms") && err.contains("at least 46ms"),
+            "{err}"
+        );
+        // Only what the user gave is named: the grace here is a default.
+        let err = Timing::new(S(1), Some(Duration::from_millis(900)), None).unwrap_err();
+        assert!(
+            err.starts_with("--renew 900ms leaves no time") && !err.contains("--kill-after"),
             "{err}"
         );
         assert!(
