@@ -28,6 +28,12 @@ const BAD_OPTIONS: &[(&[&str], &str)] = &[
         "--kill-after",
     ),
     (&["--wait", "forever"], "--wait"),
+    (&["--wait", "3153600001"], "longer than a century"),
+    (
+        &["--ttl", "1s", "--renew", "900ms"],
+        "--renew 900ms leaves no time",
+    ),
+    (&["--progress", "1ms"], "at least 100ms"),
     (&["--wait", "1s", "--no-wait"], "--no-wait"),
     (&["--limit", "0"], "--limit"),
     (&["--limit", "many"], "--limit"),

@@ -201,7 +201,8 @@ pub struct RunArgs {
     pub supersede: bool,
 
     /// While waiting, print one line this often saying who holds NAME (host, pid, note, for how
-    /// long) and the place in line; the first after 1s. 0 never prints; -q silences it too.
+    /// long) and the place in line; the first after 1s. At least 100ms (each line asks the
+    /// backend); 0 never prints; -q silences it too.
     #[arg(long, env = "LOCKRUN_PROGRESS", default_value = "30s", duration())]
     pub progress: String,
 

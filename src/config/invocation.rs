@@ -150,7 +150,7 @@ fn resolve_run(cli: Cli, backend: BackendSpec) -> Result<RunConfig, Error> {
         true => Mode::Shared,
     };
     values::token_env(&run.token_env)?;
-    let progress = match values::duration_or_zero("--progress", &run.progress)? {
+    let progress = match values::progress(&run.progress)? {
         d if d.is_zero() || cli.quiet => None,
         d => Some(d),
     };

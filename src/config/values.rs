@@ -41,20 +41,37 @@ pub fn duration_or_zero(flag: &str, raw: &str) -> Result<Duration, Error> {
     Ok(d)
 }
 
+/// The shortest `--progress` pace: each line asks the backend who holds NAME.
+const MIN_PROGRESS: Duration = Duration::from_millis(100);
+
+/// `--progress`: `0` (never), or a pace of at least [`MIN_PROGRESS`].
+pub fn progress(raw: &str) -> Result<Duration, Error> {
+    let d = duration_or_zero("--progress", raw)?;
+    if !d.is_zero() && d < MIN_PROGRESS {
+        return Err(Error::usage(format!(
+            "invalid --progress {raw:?}: must be 0 (never) or at least {} (each line asks the \
+             backend who holds the name)",
+            crate::messages::duration(MIN_PROGRESS)
+        )));
+    }
+    Ok(d)
+}
+
 /// `--wait`: a duration, or a bare (possibly fractional) number of seconds as `flock -w` takes it.
 pub fn wait(raw: &str) -> Result<Duration, Error> {
     let trimmed = raw.trim();
     if !trimmed.is_empty() && trimmed.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
-        return trimmed
-            .parse::<f64>()
-            .ok()
-            .and_then(|secs| Duration::try_from_secs_f64(secs).ok())
-            .filter(|d| *d <= CENTURY)
-            .ok_or_else(|| {
-                Error::usage(format!(
-                    "invalid --wait {raw:?}: use seconds (10, 0.5) or a duration (500ms, 2m)"
-                ))
-            });
+        let Ok(secs) = trimmed.parse::<f64>() else {
+            return Err(Error::usage(format!(
+                "invalid --wait {raw:?}: use seconds (10, 0.5) or a duration (500ms, 2m)"
+            )));
+        };
+        return match secs <= CENTURY.as_secs_f64() {
+            true => Ok(Duration::from_secs_f64(secs)),
+            false => Err(Error::usage(format!(
+                "invalid --wait {raw:?}: longer than a century"
+            ))),
+        };
     }
     duration_or_zero("--wait", raw)
 }
@@ -113,8 +130,26 @@ mod tests {
         assert_eq!(wait("0.5").unwrap(), Duration::from_millis(500));
         assert_eq!(wait("0").unwrap(), Duration::ZERO);
         assert_eq!(wait("2m").unwrap(), Duration::from_secs(120));
-        for bad in ["1.2.3", ".", "-1", "x", "99999999999999999999999"] {
+        for bad in ["1.2.3", "."] {
+            let err = wait(bad).unwrap_err().to_string();
+            assert!(err.contains("use seconds"), "{bad}: {err}");
+        }
+        for bad in ["-1", "x"] {
             assert!(wait(bad).is_err(), "{bad}");
+        }
+        for long in ["3153600001", "99999999999999999999999", "36501d"] {
+            let err = wait(long).unwrap_err().to_string();
+            assert!(err.ends_with("longer than a century"), "{long}: {err}");
+        }
+    }
+
+    #[test]
+    fn progress_is_never_or_a_human_pace() {
+        assert_eq!(progress("0").unwrap(), Duration::ZERO);
+        assert_eq!(progress("100ms").unwrap(), Duration::from_millis(100));
+        for fast in ["1ns", "1ms", "99ms"] {
+            let err = progress(fast).unwrap_err().to_string();
+            assert!(err.contains("at least 100ms"), "{fast}: {err}");
         }
     }
 
