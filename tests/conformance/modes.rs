@@ -289,6 +289,49 @@ pub fn min_interval_runs_once_per_period<F: Fixture>() {
     );
 }
 
+/// Guards against a run judged by another run's interval: each run asks whether NAME ran within
+/// its own `--min-interval`, so a run with a shorter interval goes ahead once that much has
+/// passed, even behind a run that asked for a longer one (as a look before waiting and as the
+/// claim once held).
+pub fn min_interval_is_each_runs_own<F: Fixture>() {
+    let fx = F::start();
+    let s = Scene::new(fx.url());
+    let run = |interval: &str| {
+        s.run([
+            "--name",
+            "cron",
+            "--min-interval",
+            interval,
+            "--ttl",
+            F::TTL,
+            "--",
+            "sh",
+            "-c",
+            "echo ran >> runs",
+        ])
+    };
+    let out = run("1h");
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    std::thread::sleep(Duration::from_millis(3500));
+    skipped_for_min_interval(&run("10s"));
+    // Behind a holder, the look before waiting must not skip the run: NAME last ran more than
+    // this run's 2 s ago. Once held, its claim goes ahead for the same reason.
+    let mut holder = s.hold("cron", "h", &["--ttl", F::TTL]);
+    let mut late = s.waiter(
+        "cron",
+        &["--min-interval", "2s", "--ttl", F::TTL],
+        "echo late >> runs",
+    );
+    s.wait_waiters("cron", 1);
+    assert_eq!(code(&holder.finish()), 0);
+    let out = late.wait(SOON);
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    // And that run now counts, for a run with a shorter interval as for any.
+    skipped_for_min_interval(&run("2s"));
+    let runs = std::fs::read_to_string(s.path("runs")).unwrap();
+    assert_eq!(runs, "ran\nlate\n");
+}
+
 /// Guards against a fleet cron whose runs queue up behind a long job only to skip once they get
 /// the lock: a run that finds NAME ran within the interval skips at once, while the holder still
 /// runs.

@@ -118,9 +118,9 @@ impl Inspect for Link {
     async fn ran_within(
         &self,
         name: &LockName,
-        _interval: Duration,
+        interval: Duration,
     ) -> Result<Option<Duration>, BackendError> {
-        interval::ran_within(self, name).await
+        interval::ran_within(self, name, interval).await
     }
 }
 

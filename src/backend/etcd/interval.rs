@@ -11,6 +11,11 @@
 //! restarts every lease's countdown, so after an election the interval can last up to an election
 //! timeout longer: the error is always towards "too soon", never towards a second run. A run's look
 //! before it waits reads the key and, when there is one, its lease's time to live.
+//!
+//! Runs of a name may pass different intervals: the key lives as long as the interval of the run
+//! that made it. A run with a shorter interval that finds it older than its own interval takes
+//! it over (a transaction conditional on the key's lease being the one read); a run with a
+//! longer interval cannot see past the key's end, and goes ahead once it is gone.
 
 use std::time::Duration;
 
@@ -44,7 +49,11 @@ pub async fn claim(
 
 /// How long ago `name` last ran, while its interval key lives (a claim now would find it too
 /// soon); records nothing.
-pub async fn ran_within(link: &Link, name: &LockName) -> Result<Option<Duration>, BackendError> {
+pub async fn ran_within(
+    link: &Link,
+    name: &LockName,
+    interval: Duration,
+) -> Result<Option<Duration>, BackendError> {
     let key = Keys::new(name).interval();
     let found = link
         .call(REQUEST_TIMEOUT, |mut client| {
@@ -53,7 +62,9 @@ pub async fn ran_within(link: &Link, name: &LockName) -> Result<Option<Duration>
         })
         .await?;
     match found.kvs().first() {
-        Some(kv) => ran_ago(link, kv.lease()).await,
+        Some(kv) => Ok(ran_ago(link, kv.lease())
+            .await?
+            .filter(|ago| *ago < interval)),
         None => Ok(None),
     }
 }
@@ -87,10 +98,7 @@ async fn try_claim(
         Err(failure @ Failure::Answered { .. }) if failure.lease_gone() => run(link, &txn).await,
         other => other,
     }?;
-    let last = claimed.op_responses().into_iter().find_map(|op| match op {
-        TxnOpResponse::Get(get) => get.kvs().first().map(|kv| kv.lease()),
-        _ => None,
-    });
+    let last = on_lease(&claimed);
     // A key on this run's own lease was created by this transaction, sent again after a member
     // that ran it answered too late.
     if claimed.succeeded() || last == Some(lease) {
@@ -106,9 +114,47 @@ async fn try_claim(
     let Some(last) = last else {
         return Ok(None);
     };
-    Ok(ran_ago(link, last)
-        .await?
-        .map(|ago| IntervalClaim::TooSoon { ago }))
+    match ran_ago(link, last).await? {
+        None => Ok(None),
+        Some(ago) if ago < interval => Ok(Some(IntervalClaim::TooSoon { ago })),
+        // Made by a run with a longer interval, and older than this run's.
+        Some(_) => take_over(link, key, last, interval).await,
+    }
+}
+
+/// Replaces the key that lease `last` keeps, older than this run's `interval`, with one on a new
+/// lease of `interval`; `None` when the key changed meanwhile (another run took it first).
+async fn take_over(
+    link: &Link,
+    key: &str,
+    last: i64,
+    interval: Duration,
+) -> Result<Option<IntervalClaim>, BackendError> {
+    let lease = lease_id()?;
+    grant(link, lease, interval).await?;
+    let record = HolderInfo::current(None, Mode::Exclusive).encode();
+    let txn = Txn::new()
+        .when([Compare::lease(key, CompareOp::Equal, last)])
+        .and_then([TxnOp::put(
+            key,
+            record,
+            Some(PutOptions::new().with_lease(lease)),
+        )])
+        .or_else([TxnOp::get(key, None)]);
+    let answer = run(link, &txn).await?;
+    // Sent again after a lost answer, the transaction finds the key on this run's own lease.
+    let replaced = answer.succeeded() || on_lease(&answer) == Some(lease);
+    let unused = match replaced {
+        true => last,
+        false => lease,
+    };
+    if tokio::time::timeout(LEAVE_TIMEOUT, revoke(link, unused))
+        .await
+        .is_err()
+    {
+        crate::debug!("revoking an unused --min-interval lease took too long");
+    }
+    Ok(replaced.then_some(IntervalClaim::Claimed))
 }
 
 /// How long ago the interval lease `id` was granted: its granted TTL minus what it has left
@@ -128,6 +174,14 @@ async fn ran_ago(link: &Link, id: i64) -> Result<Option<Duration>, BackendError>
     };
     let seconds = u64::try_from(granted - left.max(0) - 1).unwrap_or(0);
     Ok(Some(Duration::from_secs(seconds)))
+}
+
+/// The lease of the key a transaction's `get` found, if it found one.
+fn on_lease(answer: &TxnResponse) -> Option<i64> {
+    answer.op_responses().into_iter().find_map(|op| match op {
+        TxnOpResponse::Get(get) => get.kvs().first().map(|kv| kv.lease()),
+        _ => None,
+    })
 }
 
 async fn run(link: &Link, txn: &Txn) -> Result<TxnResponse, Failure> {
