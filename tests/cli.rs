@@ -412,6 +412,13 @@ fn usage_errors_point_at_what_was_meant() {
             "did you mean --name billing",
         ),
         (&["--nmae", "x", "--", "true"][..], "did you mean --name"),
+        (&["stauts", "x"][..], "did you mean the status subcommand?"),
+        // A command named like a subcommand, its `--` left out: never the subcommand instead.
+        (
+            &["--name", "nightly", "--ttl", "500ms", "drill"][..],
+            "to run a command named drill, put it after --",
+        ),
+        (&["--name", "x", "-n", "list"][..], "a command named list"),
         (
             &["status"][..],
             "missing NAME: say which lease, as in lockrun status NAME",

@@ -45,12 +45,19 @@ pub fn parse(args: Vec<OsString>) -> Result<Parsed, Error> {
             // Read before the typed parse takes the values out of `matches`, which saves copying
             // them all (about 80 allocations a run).
             let typed = typed_exclusive_flags(&matches);
-            Ok((Cli::from_arg_matches_mut(&mut matches)?, typed))
+            let misplaced = run_option_before_subcommand(&matches);
+            Ok((Cli::from_arg_matches_mut(&mut matches)?, typed, misplaced))
         });
-    let (mut cli, typed) = match parsed {
+    let (mut cli, typed, misplaced) = match parsed {
         Ok(parsed) => parsed,
         Err(e) => return clap_error(&e, &args),
     };
+    if let Some((flag, subcommand)) = misplaced {
+        return Err(Error::usage(format!(
+            "{flag} is an option of a run, and {subcommand} here would be the lockrun subcommand: \
+             to run a command named {subcommand}, put it after -- (lockrun {flag} … -- {subcommand})"
+        )));
+    }
     settle_overrides(&mut cli, &typed)?;
     Ok(Parsed::Cli(Box::new(cli)))
 }
@@ -197,6 +204,19 @@ fn typed_exclusive_flags(matches: &ArgMatches) -> Vec<&'static str> {
         .collect()
 }
 
+/// A run option typed on the command line before a subcommand, and that subcommand:
+/// `lockrun --name x list` is a command named `list` whose `--` was left out, never the `list`
+/// subcommand with the run's options dropped (`--name nightly drill` would drill instead).
+fn run_option_before_subcommand(matches: &ArgMatches) -> Option<(String, String)> {
+    let subcommand = matches.subcommand_name()?;
+    Cli::command()
+        .get_arguments()
+        .filter(|arg| !arg.is_global_set() && !arg.is_positional())
+        .find(|arg| matches.value_source(arg.get_id().as_str()) == Some(ValueSource::CommandLine))
+        .and_then(|arg| arg.get_long().map(|long| format!("--{long}")))
+        .map(|flag| (flag, subcommand.to_owned()))
+}
+
 /// Options that exclude each other may come one from the environment (a crontab's
 /// `LOCKRUN_NO_WAIT=1`) and one from the command line (`--wait 5m` on one line): the command line
 /// wins. Both from the same place is a usage error.
@@ -281,6 +301,11 @@ fn usage_message(e: &clap::Error, args: &[OsString]) -> String {
             let a = a.to_string_lossy();
             a == "--name" || a.starts_with("--name=")
         }) || std::env::var_os("LOCKRUN_NAME").is_some();
+        if !has_name && let Some(sub) = subcommand_like(word) {
+            return format!(
+                "unexpected argument {word:?}: did you mean the {sub} subcommand? (see lockrun {sub} --help)"
+            );
+        }
         return match has_name || crate::name::LockName::parse(word).is_err() {
             true => format!(
                 "unexpected argument {word:?}: put the command after --, as in lockrun --name NAME -- {word}"
@@ -337,9 +362,45 @@ fn missing_args(e: &clap::Error) -> Vec<String> {
     }
 }
 
+const SUBCOMMANDS: [&str; 4] = ["status", "list", "release", "drill"];
+
+/// The subcommand `word` is a slip of the keyboard for: one letter added, dropped, changed or
+/// swapped with its neighbour (`stauts`, `lsit`, `relase`), two in a word of five or more.
+fn subcommand_like(word: &str) -> Option<&'static str> {
+    let slips = match word.chars().count() {
+        0..=2 => return None,
+        3..=4 => 1,
+        _ => 2,
+    };
+    SUBCOMMANDS
+        .into_iter()
+        .find(|sub| edit_distance(word, sub) <= slips)
+}
+
+/// Letters to add, drop, change or swap (two side by side) to turn `a` into `b`.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let mut rows = vec![(0..=b.len()).collect::<Vec<usize>>(); a.len() + 1];
+    for (i, row) in rows.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let changed = usize::from(a[i - 1] != b[j - 1]);
+            let mut best = (rows[i - 1][j] + 1)
+                .min(rows[i][j - 1] + 1)
+                .min(rows[i - 1][j - 1] + changed);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(rows[i - 2][j - 2] + 1);
+            }
+            rows[i][j] = best;
+        }
+    }
+    rows[a.len()][b.len()]
+}
+
 /// The subcommand the arguments name, if any (the first word that is one, before `--`).
 fn subcommand_of(args: &[OsString]) -> Option<&'static str> {
-    const SUBCOMMANDS: [&str; 4] = ["status", "list", "release", "drill"];
     args.iter()
         .skip(1)
         .map(|a| a.to_string_lossy())
@@ -361,6 +422,20 @@ fn one_line(rendered: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slips_of_the_keyboard_find_their_subcommand() {
+        for (word, sub) in [
+            ("stauts", "status"),
+            ("lsit", "list"),
+            ("relase", "release"),
+        ] {
+            assert_eq!(subcommand_like(word), Some(sub), "{word}");
+        }
+        for word in ["deploy", "backup", "nightly", "x", "ls", "test"] {
+            assert_eq!(subcommand_like(word), None, "{word}");
+        }
+    }
 
     /// Each flag of [`EXCLUSIONS`] names an argument whose clap id [`id_of`] derives: a wrong one
     /// would make the command line never win over the environment.

@@ -27,9 +27,14 @@ pub fn duration_or_zero(flag: &str, raw: &str) -> Result<Duration, Error> {
     if trimmed == "0" {
         return Ok(Duration::ZERO);
     }
+    // --wait alone also takes bare seconds, as `flock -w` does.
+    let hint = match flag {
+        "--wait" => "use seconds (10, 0.5) or a number with a unit: 500ms, 2m",
+        _ => "use a number with a unit: 500ms, 15s, 2m",
+    };
     let d = humantime::parse_duration(trimmed).map_err(|e| {
         Error::usage(format!(
-            "invalid {flag} {raw:?}: {} (use a number with a unit: 500ms, 15s, 2m)",
+            "invalid {flag} {raw:?}: {} ({hint})",
             crate::messages::fragment(&e.to_string(), &[])
         ))
     })?;
@@ -135,7 +140,8 @@ mod tests {
             assert!(err.contains("use seconds"), "{bad}: {err}");
         }
         for bad in ["-1", "x"] {
-            assert!(wait(bad).is_err(), "{bad}");
+            let err = wait(bad).unwrap_err().to_string();
+            assert!(err.contains("use seconds"), "{bad}: {err}");
         }
         for long in ["3153600001", "99999999999999999999999", "36501d"] {
             let err = wait(long).unwrap_err().to_string();
