@@ -42,6 +42,8 @@ const BAD_OPTIONS: &[(&[&str], &str)] = &[
     (&["--token-env", "A=B"], "--token-env"),
     (&["--backend", "ftp://host/x"], "scheme"),
     (&["--backend", "file://relative/dir"], "absolute"),
+    (&["--backend", "file:///"], "the root directory"),
+    (&["--backend", "file:////"], "the root directory"),
     (&["--backend", "etcd://host"], "host:port"),
     (&["--backend", "not a url"], "backend"),
     (

@@ -87,8 +87,8 @@ pub struct Cli {
     pub backend: Option<String>,
 
     /// Read the backend URL from the first line of FILE instead, so that a password appears on no
-    /// command line and in no environment. The file must be private (mode 0600) when the URL
-    /// holds a password.
+    /// command line and in no environment. When the URL holds a password, others than the file's
+    /// owner and group must not be able to read it (chmod 600 or 640).
     #[arg(
         long,
         env = "LOCKRUN_BACKEND_FILE",

@@ -31,6 +31,15 @@ impl Settings {
         if path.contains('\0') {
             return Err("the directory contains a NUL byte".into());
         }
+        // Lock files beside /etc and /usr are no one's intent: a slash too many, or a directory
+        // left out.
+        if path.trim_start_matches('/').is_empty() {
+            return Err(
+                "that is the root directory: give lockrun a directory of its own, as in \
+                 file:///var/lib/lockrun (file:// alone is the default state directory)"
+                    .into(),
+            );
+        }
         Ok(Self::at(PathBuf::from(path)))
     }
 

@@ -108,7 +108,7 @@ impl Settings {
             (Some("VERIFY_CA" | "VERIFY_IDENTITY"), _) => Some(Check::Identity),
             (Some(other), _) => {
                 return Err(format!(
-                    "ssl-mode {other:?}: use DISABLED, REQUIRED, VERIFY_CA or VERIFY_IDENTITY"
+                    "ssl-mode {other:?}: use DISABLED, PREFERRED, REQUIRED, VERIFY_CA or VERIFY_IDENTITY"
                 ));
             }
         };
