@@ -269,7 +269,7 @@ pub enum Command {
     ///
     /// Prints a timeline and one line per check, then `drill: PASS` or `drill: FAIL (checks)`.
     /// Exit status: 0 pass, 1 a check failed, 64 usage error, 69 backend unreachable, 75 NAME in
-    /// use. Takes about two to three TTLs.
+    /// use. Takes one to two TTLs.
     Drill {
         /// Lease length for the drill's holders, e.g. 1s, 2s. A backend may raise it to its
         /// minimum (etcd does).
