@@ -103,6 +103,10 @@ pub fn status_and_list_show_the_contract_shape<F: Fixture>() {
     );
     assert_eq!(w["pid"], waiter.pid(), "{w}");
     assert_eq!(w["note"], "next", "{w}");
+    // Since when it waits: a heartbeat (every second or so) does not move it.
+    std::thread::sleep(Duration::from_millis(2100));
+    let later = s.status("ci/deploy");
+    assert_eq!(later["queue"][0]["since"], w["since"], "{later}");
     assert_eq!(code(&holder.finish()), 0);
     assert_eq!(code(&waiter.wait(SOON)), 0);
     let status = s.status("ci/deploy");

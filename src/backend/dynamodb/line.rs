@@ -57,6 +57,9 @@ struct Waiting {
     tried: bool,
     /// This waiter's ticket, once in line.
     ticket: Option<u64>,
+    /// Its record as first written to the line: every beat writes the same, so that `status`
+    /// shows since when it waits, not when it last beat.
+    record: Option<String>,
     /// When its ticket was last written (joined or beaten), by the boot clock.
     beaten: Option<BootInstant>,
     /// The holders, as this waiter has seen them.
@@ -137,10 +140,11 @@ impl Dynamo {
                 return Ok(taken(mine.token, seat, &c));
             }
         }
+        let record = w.record.get_or_insert_with(|| c.record.clone()).clone();
         let place = Place {
             name: &request.name,
             owner: &ticket.owner,
-            record: &c.record,
+            record: &record,
             mode: request.mode,
             supersede: request.supersede,
         };
