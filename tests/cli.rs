@@ -47,6 +47,10 @@ const BAD_OPTIONS: &[(&[&str], &str)] = &[
     (&["--backend", "etcd://host"], "host:port"),
     (&["--backend", "not a url"], "backend"),
     (
+        &["--backend", "/srv/locks"],
+        "write a directory as a URL: file:///srv/locks",
+    ),
+    (
         &["--backend", "postgres://h/db?lockrun_schema=Bad-Name"],
         "schema",
     ),

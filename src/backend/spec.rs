@@ -115,6 +115,13 @@ impl BackendSpec {
                     "invalid backend \"{other}://…\": unknown backend scheme {other:?}: use {SCHEMES}"
                 ));
             }
+            // A directory without its scheme (`/srv/locks`, `file:/srv/locks`) is a path, which
+            // holds no password, and shows; it is the file backend that was meant.
+            None if let Some(dir) = bare_directory(raw) => {
+                return Err(format!(
+                    "invalid backend {raw:?}: write a directory as a URL: file://{dir}"
+                ));
+            }
             None => Err(
                 "expected a URL such as file:///var/lib/lockrun or redis://host:6379".to_owned(),
             ),
@@ -198,6 +205,14 @@ pub fn default_state_dir() -> Result<PathBuf, String> {
         return Ok(Path::new(&home).join(".local/state/lockrun"));
     }
     Err("no state directory: set HOME or XDG_STATE_HOME, or pass --backend file:///DIR".into())
+}
+
+/// `raw` as an absolute directory given without `file://` (or with `file:` and one slash), when
+/// it cannot hold credentials (no `@`, no `://`).
+fn bare_directory(raw: &str) -> Option<&str> {
+    let dir = raw.strip_prefix("file:").unwrap_or(raw);
+    (dir.starts_with('/') && !dir.starts_with("//") && !raw.contains('@') && !raw.contains("://"))
+        .then_some(dir)
 }
 
 #[cfg(test)]
