@@ -189,6 +189,14 @@ fn options_can_come_from_the_environment() {
             .args(["--name", "x", "--", "true"]),
     );
     assert_eq!(code(&out), 64);
+    // One that clap refuses names the variable it came from, which the user may not see.
+    let out = output(
+        lockrun()
+            .env("LOCKRUN_BACKEND", env.url())
+            .env("LOCKRUN_NO_WAIT", "2")
+            .args(["--name", "x", "--", "true"]),
+    );
+    assert_one_line(&out, 64, "(set by LOCKRUN_NO_WAIT)");
     // A value that is not text names its variable, not "arguments".
     use std::os::unix::ffi::OsStrExt;
     let out = output(

@@ -327,7 +327,41 @@ fn usage_message(e: &clap::Error, args: &[OsString]) -> String {
     {
         text = format!("{text}; did you mean {suggested}?");
     }
+    if let Some(variable) = bad_value_from_variable(e, args) {
+        text = format!("{text} (set by {variable})");
+    }
     format!("{text} (see {help})")
+}
+
+/// The `LOCKRUN_*` variable a refused value came from: its option is not on the command line.
+fn bad_value_from_variable(e: &clap::Error, args: &[OsString]) -> Option<String> {
+    if !matches!(
+        e.kind(),
+        ErrorKind::InvalidValue | ErrorKind::ValueValidation
+    ) {
+        return None;
+    }
+    let Some(ContextValue::String(shown)) = e.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    // Shown as `--verbose...` or `--busy-exit-code <N>`.
+    let long = shown
+        .strip_prefix("--")?
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+        .next()?;
+    let command = Cli::command();
+    let arg = command
+        .get_arguments()
+        .find(|arg| arg.get_long() == Some(long))?;
+    let typed = args.iter().map(|a| a.to_string_lossy()).any(|a| {
+        a.strip_prefix("--")
+            .is_some_and(|rest| rest == long || rest.starts_with(&format!("{long}=")))
+            || arg.get_short().is_some_and(|short| {
+                a.starts_with('-') && !a.starts_with("--") && a.contains(short)
+            })
+    });
+    let variable = arg.get_env()?.to_string_lossy().into_owned();
+    (!typed && std::env::var_os(&variable).is_some()).then_some(variable)
 }
 
 /// The `LOCKRUN_*` variable whose value is not UTF-8, when every option before `--` is: clap
