@@ -222,7 +222,11 @@ async fn queue(
         async {
             match limit {
                 1 => Ok(Some(0)),
-                _ => line::claim_slot(link, keys, lease, token, &joined.slots, &won, limit).await,
+                _ => {
+                    let ahead = joined.waiting;
+                    line::claim_slot(link, keys, lease, token, &joined.slots, &won, limit, ahead)
+                        .await
+                }
             }
         },
     );

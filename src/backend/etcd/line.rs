@@ -25,6 +25,7 @@ use super::keys::{Keys, slot_of};
 use super::link::{Failure, Link, REQUEST_TIMEOUT};
 use super::plan::Ahead;
 use super::record::{Hints, Record};
+use crate::backend::waiting::policy::random_bytes;
 use crate::backend::{BackendError, HolderInfo, Mode};
 
 /// How many keys ahead a shared contender's join reads (it looks for the last exclusive one).
@@ -182,7 +183,15 @@ pub async fn note(
 }
 
 /// Records this run as a holder: claims a slot (below `limit`) and writes `record` with it. `None`
-/// if this run's key is gone. `slots` is what an earlier read saw.
+/// if this run's key is gone. `slots` is what an earlier read saw; `ahead` is how many keys were
+/// ahead of this run's when it joined.
+///
+/// Holders that start together would all try the lowest free slot, and each round only one of
+/// them wins: hundreds of them took seconds, long enough for leases to lapse. So the first try
+/// takes the free slot at this run's place among those still racing for one (`ahead`, less the
+/// slots already taken: it differs between runs that joined together), and a try after a lost
+/// race a random free one. Holders that come one at a time still take the lowest free slot.
+#[allow(clippy::too_many_arguments)]
 pub async fn claim_slot(
     link: &Link,
     keys: &Keys,
@@ -191,6 +200,7 @@ pub async fn claim_slot(
     slots: &[(u32, i64)],
     record: &Record,
     limit: u32,
+    ahead: u64,
 ) -> Result<Option<u32>, BackendError> {
     let key = keys.holder(lease);
     let still_mine = Compare::create_revision(key.clone(), CompareOp::Equal, token);
@@ -208,11 +218,20 @@ pub async fn claim_slot(
     // slot first, and there are fewer than `limit` others.
     let mut slots = slots.to_vec();
     let mut fresh = false;
+    // Keys ahead that already hold a slot are not in the race for the free ones.
+    let mut pick = ahead.saturating_sub(u64::try_from(slots.len()).unwrap_or(0));
     for _ in 0..=limit.saturating_mul(2) {
         if let Some((slot, _)) = slots.iter().find(|(_, owner)| *owner == lease) {
             return Ok(Some(*slot));
         }
-        let Some(free) = (0..limit).find(|s| slots.iter().all(|(taken, _)| taken != s)) else {
+        let free_slots = || (0..limit).filter(|s| slots.iter().all(|(taken, _)| taken != s));
+        let free_count = u64::try_from(free_slots().count()).unwrap_or(u64::MAX);
+        let chosen = match free_count {
+            0 => None,
+            n => free_slots().nth(usize::try_from(pick % n).unwrap_or(0)),
+        };
+        pick = u64::from_le_bytes(random_bytes::<8>()?);
+        let Some(free) = chosen else {
             if fresh {
                 return Err(BackendError::Failed {
                     endpoint: link.endpoints(),
