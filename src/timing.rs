@@ -74,29 +74,22 @@ impl Timing {
         }
         if too_short {
             // Name only what the user gave: a default is not theirs to shorten.
-            let given = match (renew, kill_after) {
-                (Some(_), Some(_)) => format!(
-                    "--renew {} and --kill-after {}",
-                    show(chosen_renew),
-                    show(chosen_kill)
+            let (given, them) = match (renew, kill_after) {
+                (Some(_), Some(_)) => (
+                    format!(
+                        "--renew {} and --kill-after {} leave",
+                        show(chosen_renew),
+                        show(chosen_kill)
+                    ),
+                    "them",
                 ),
-                (Some(_), None) => format!("--renew {}", show(chosen_renew)),
-                _ => format!("--kill-after {}", show(chosen_kill)),
+                (Some(_), None) => (format!("--renew {} leaves", show(chosen_renew)), "it"),
+                _ => (format!("--kill-after {} leaves", show(chosen_kill)), "it"),
             };
             return Err(format!(
-                "{given} leave{} no time to have a renewal answered and stop the command before \
-                 the {} lease ends; shorten {} or raise --ttl",
-                if renew.is_some() && kill_after.is_some() {
-                    ""
-                } else {
-                    "s"
-                },
-                show(ttl),
-                if renew.is_some() && kill_after.is_some() {
-                    "them"
-                } else {
-                    "it"
-                },
+                "{given} no time to have a renewal answered and stop the command before the {} \
+                 lease ends; shorten {them} or raise --ttl",
+                show(ttl)
             ));
         }
         Ok(Timing {
