@@ -237,6 +237,21 @@ pub fn a_run_that_does_not_wait_supersedes_nobody<F: Fixture>() {
     );
 }
 
+/// `lockrun --name cron --min-interval INTERVAL EXTRA... -- sh -c 'echo ran >> runs'`.
+fn cron_run<F: Fixture>(s: &Scene, interval: &str, extra: &[&str]) -> std::process::Output {
+    let mut args = vec![
+        "--name",
+        "cron",
+        "--min-interval",
+        interval,
+        "--ttl",
+        F::TTL,
+    ];
+    args.extend_from_slice(extra);
+    args.extend(["--", "sh", "-c", "echo ran >> runs"]);
+    s.run(&args)
+}
+
 /// Guards against a fleet cron that runs twice within its interval, or never again after it, and
 /// against a run without `--min-interval` counting as one (it neither checks nor records).
 pub fn min_interval_runs_once_per_period<F: Fixture>() {
@@ -244,22 +259,7 @@ pub fn min_interval_runs_once_per_period<F: Fixture>() {
     let s = Scene::new(fx.url());
     let plain = s.run(["--name", "cron", "--ttl", F::TTL, "--", "true"]);
     assert_eq!(code(&plain), 0, "{}", text(&plain.stderr));
-    let run = || {
-        s.run([
-            "--name",
-            "cron",
-            "--min-interval",
-            "2s",
-            "-E",
-            "0",
-            "--ttl",
-            F::TTL,
-            "--",
-            "sh",
-            "-c",
-            "echo ran >> runs",
-        ])
-    };
+    let run = || cron_run::<F>(&s, "2s", &["-E", "0"]);
     let out = run();
     assert_eq!(code(&out), 0, "{}", text(&out.stderr));
     let out = run();
@@ -296,20 +296,7 @@ pub fn min_interval_runs_once_per_period<F: Fixture>() {
 pub fn min_interval_is_each_runs_own<F: Fixture>() {
     let fx = F::start();
     let s = Scene::new(fx.url());
-    let run = |interval: &str| {
-        s.run([
-            "--name",
-            "cron",
-            "--min-interval",
-            interval,
-            "--ttl",
-            F::TTL,
-            "--",
-            "sh",
-            "-c",
-            "echo ran >> runs",
-        ])
-    };
+    let run = |interval: &str| cron_run::<F>(&s, interval, &[]);
     let out = run("1h");
     assert_eq!(code(&out), 0, "{}", text(&out.stderr));
     std::thread::sleep(Duration::from_millis(3500));
