@@ -9,7 +9,7 @@ use nix::sys::signal::Signal;
 
 use crate::support::asserts::{assert_ended_without_running, assert_one_line};
 use crate::support::holder::Holder;
-use crate::support::lockrun::{BIN, Proc, output, scrub, stderr_of_exited};
+use crate::support::lockrun::{BIN, Proc, lockrun, output, scrub, stderr_of_exited};
 use crate::support::scene::Scene;
 use crate::support::tools::{self, chmod};
 use crate::support::wait::{SOON, code, numbers_in, text, wait_until};
@@ -567,4 +567,37 @@ fn a_freed_slot_goes_to_the_waiter_that_came_first() {
         );
     }
     assert_eq!(code(&long.finish()), 0);
+}
+
+/// Guards against a look that makes what it looks at: `status`, `list` and `release --force` on a
+/// state directory that does not exist (a first run would create it, or the path is mistyped)
+/// answer "nothing held" without creating it.
+#[test]
+fn a_look_at_a_missing_state_directory_creates_nothing() {
+    let env = Scene::file();
+    let missing = env.path("not-yet");
+    let url = format!("file://{}", missing.display());
+    for (args, says) in [
+        (&["status", "x"][..], "x: free\n"),
+        (&["status", "x", "--json"], "\"held\":false"),
+        (&["list"], ""),
+        (&["release", "x", "--force"], ""),
+    ] {
+        let out = output(lockrun().arg("--backend").arg(&url).args(args));
+        assert_eq!(code(&out), 0, "{args:?}: {}", text(&out.stderr));
+        assert!(
+            text(&out.stdout).contains(says),
+            "{args:?}: {}",
+            text(&out.stdout)
+        );
+        assert!(!missing.exists(), "{args:?} created the state directory");
+    }
+    let out = output(
+        lockrun()
+            .arg("--backend")
+            .arg(&url)
+            .args(["--name", "x", "--", "true"]),
+    );
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    assert!(missing.is_dir(), "a run creates it");
 }

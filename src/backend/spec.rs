@@ -52,6 +52,12 @@ pub trait Settings: Send + Sync + std::fmt::Debug {
     /// Connects (networked backends) or opens the state directory, so that an unreachable
     /// backend fails before anything runs.
     async fn open(&self) -> Result<Box<dyn Backend>, BackendError>;
+
+    /// Opens the backend to look at it (`status`, `list`, `release --force`): what a first run
+    /// would create is not created for a look; `None` when there is nothing yet to look at.
+    async fn open_to_look(&self) -> Result<Option<Box<dyn Backend>>, BackendError> {
+        self.open().await.map(Some)
+    }
 }
 
 /// Which backend to talk to, and how.
@@ -182,6 +188,11 @@ impl BackendSpec {
     /// anything runs.
     pub async fn open(&self) -> Result<Box<dyn Backend>, BackendError> {
         self.settings().open().await
+    }
+
+    /// See [`Settings::open_to_look`].
+    pub async fn open_to_look(&self) -> Result<Option<Box<dyn Backend>>, BackendError> {
+        self.settings().open_to_look().await
     }
 }
 

@@ -70,4 +70,13 @@ impl crate::backend::Settings for Settings {
     async fn open(&self) -> Result<Box<dyn Backend>, BackendError> {
         Ok(Box::new(FileBackend::open(&self.dir)?))
     }
+
+    /// A state directory that does not exist yet holds no lock: a look does not create it (a
+    /// mistyped path would otherwise be made, private, by `status`).
+    async fn open_to_look(&self) -> Result<Option<Box<dyn Backend>>, BackendError> {
+        match std::fs::symlink_metadata(&self.dir) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            _ => self.open().await.map(Some),
+        }
+    }
 }
