@@ -51,6 +51,10 @@ const BAD_OPTIONS: &[(&[&str], &str)] = &[
         "write a directory as a URL: file:///srv/locks",
     ),
     (
+        &["--backend", "dynamodb://bad!table"],
+        "the table name is not 3-255",
+    ),
+    (
         &["--backend", "postgres://h/db?lockrun_schema=Bad-Name"],
         "schema",
     ),
