@@ -10,7 +10,7 @@ use crate::backend::{
 use crate::clock::{BootInstant, BootTimer};
 use crate::config::RunConfig;
 use crate::exit::{self, Error};
-use crate::messages::duration;
+use crate::messages::{duration, printable};
 use crate::supervisor::{self, Child, Launch, Outcome, Signals, Standby, unless_signalled};
 use crate::{progress, timing::Timing};
 
@@ -368,7 +368,7 @@ async fn busy(backend: &dyn Backend, config: &RunConfig) -> Error {
                     _ => format!(
                         " (held by pid {} on {}, token {})",
                         h.pid,
-                        crate::messages::printable(&h.host),
+                        printable(&h.host),
                         h.token
                     ),
                 })
