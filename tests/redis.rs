@@ -50,6 +50,42 @@ fn rediss_connects_with_a_trusted_certificate_and_refuses_an_unknown_one() {
     assert_said(&untrusted, &format!("localhost:{}", server.port()));
 }
 
+/// The scheme and the port disagree: `rediss://` to a plain Redis (which reads the TLS handshake
+/// as the start of a command and waits for the rest) says the server does not speak TLS, rather
+/// than only that it timed out; `redis://` to a TLS port (which hangs up on plain bytes) is
+/// unreachable, with a word on TLS.
+#[test]
+fn tls_asked_of_a_plain_server_or_refused_by_a_tls_one_is_told() {
+    let plain = RedisServer::start();
+    let out = output(lockrun().args([
+        "--backend",
+        &format!("rediss://127.0.0.1:{}", plain.port()),
+        "--name",
+        "tls",
+        "--",
+        "touch",
+        "/nonexistent/ran",
+    ]));
+    assert_eq!(code(&out), 69, "{}", text(&out.stderr));
+    assert_said(&out, "does not speak TLS on this port (use redis://)");
+    let Some(certs) = Certificates::if_openssl() else {
+        return;
+    };
+    let secure = RedisServer::with_tls(certs.dir());
+    let out = output(lockrun().args([
+        "--backend",
+        &format!("redis://127.0.0.1:{}", secure.port()),
+        "--name",
+        "tls",
+        "--",
+        "touch",
+        "/nonexistent/ran",
+    ]));
+    assert_eq!(code(&out), 69, "{}", text(&out.stderr));
+    assert_said(&out, &format!("127.0.0.1:{}", secure.port()));
+    assert_said(&out, "if the server expects TLS, use rediss://");
+}
+
 /// A `--min-interval` look that gets no answer decides nothing: the late run, finding the name
 /// held, waits in line as it would without the look, and the claim it makes once it holds the
 /// name decides (here: too soon, exit 75, its command never run).

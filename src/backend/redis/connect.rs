@@ -60,6 +60,9 @@ pub struct Link {
     /// The password as written and as decoded, scrubbed from every message.
     secrets: Vec<String>,
     connection: Mutex<Option<MultiplexedConnection>>,
+    /// Where a `rediss://` link connects, to tell a plain Redis (which lets a TLS handshake run
+    /// out of time) from a server that answers nothing; `None` without TLS.
+    tls_address: Option<(String, u16)>,
 }
 
 impl Link {
@@ -107,11 +110,15 @@ impl Link {
             .set_tcp_settings(TcpSettings::default().set_nodelay(true))
             .set_redis_settings(redis);
         let client = Client::open(info).map_err(&failed)?;
+        let tls_address = settings
+            .tls
+            .then(|| (settings.endpoint.bare_host().to_owned(), settings.port()));
         Ok(Link {
             client,
             endpoint,
             secrets,
             connection: Mutex::new(None),
+            tls_address,
         })
     }
 
@@ -125,6 +132,13 @@ impl Link {
         let first = async {
             ping.await.map_err(|e| match is_server_reply(&e) {
                 true => Refusal::Server(self.failed(&e)),
+                // A TLS Redis hangs up on a plain client's first bytes.
+                false if e.is_connection_dropped() && self.tls_address.is_none() => {
+                    Refusal::Link(format!(
+                        "{} (if the server expects TLS, use rediss://)",
+                        self.reason(&e)
+                    ))
+                }
                 false => Refusal::Link(self.reason(&e)),
             })
         };
@@ -133,9 +147,44 @@ impl Link {
             link: self,
             done: false,
         };
+        let started = tokio::time::Instant::now();
         let result = first_contact::within(&self.endpoint, CONNECT_TIMEOUT, first).await;
         discard.done = result.is_ok();
-        result
+        match result {
+            Err(_) if started.elapsed() >= CONNECT_TIMEOUT && self.answers_without_tls().await => {
+                Err(BackendError::Unreachable {
+                    endpoint: self.endpoint.clone(),
+                    reason: format!(
+                        "no TLS handshake within {}, but a plain PING is answered: the server \
+                         does not speak TLS on this port (use redis://)",
+                        crate::messages::duration(CONNECT_TIMEOUT)
+                    ),
+                })
+            }
+            result => result,
+        }
+    }
+
+    /// Whether a `rediss://` server that let a TLS handshake run out of time answers a plain
+    /// PING: a plain Redis reads the handshake as the start of a command and waits for the rest
+    /// of it, while a TLS Redis that is merely stopped answers neither.
+    async fn answers_without_tls(&self) -> bool {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let Some((host, port)) = &self.tls_address else {
+            return false;
+        };
+        let probe = async {
+            let mut stream = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
+            stream.write_all(b"PING\r\n").await?;
+            let mut first = [0u8; 1];
+            stream.read_exact(&mut first).await?;
+            // `+PONG`, or `-NOAUTH …` from a server that wants a password.
+            Ok::<_, std::io::Error>(matches!(first[0], b'+' | b'-'))
+        };
+        matches!(
+            tokio::time::timeout(Duration::from_secs(1), probe).await,
+            Ok(Ok(true))
+        )
     }
 
     /// `host:port`, for messages.
