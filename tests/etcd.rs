@@ -180,12 +180,10 @@ fn tls_with_the_clusters_ca_works_and_without_it_fails_before_running() {
     let other = Certificates::make();
     let cluster = EtcdCluster::single_tls(certs.dir(), false);
     let endpoint = cluster.endpoint(0);
-    let with_ca = |certs: &Certificates| {
-        format!(
-            "etcd://{endpoint}?cacert={}",
-            certs.file("ca.crt").display()
-        )
+    let with_ca_on = |url: &str, certs: &Certificates| {
+        format!("{url}?cacert={}", certs.file("ca.crt").display())
     };
+    let with_ca = |certs: &Certificates| with_ca_on(&format!("etcd://{endpoint}"), certs);
     let out = output(
         lockrun()
             .args(["--backend", &with_ca(&certs), "--name", "tls", "--"])
@@ -207,6 +205,22 @@ fn tls_with_the_clusters_ca_works_and_without_it_fails_before_running() {
             started.elapsed()
         );
     }
+    // A TLS member hangs up on a plain client: the message says how to ask for TLS.
+    let plain_url = output(
+        lockrun()
+            .args(["--backend", &format!("etcd://{endpoint}"), "--name", "tls"])
+            .args(["--", "touch", "/nonexistent/ran"]),
+    );
+    assert_said(&plain_url, "if the server expects TLS, add ?cacert=FILE");
+    // And a plain member closes on a TLS handshake.
+    let plain = Etcd::<1>::start();
+    let tls_url = output(
+        lockrun()
+            .args(["--backend", &with_ca_on(&plain.url(), &certs)])
+            .args(["--name", "tls", "--", "touch", "/nonexistent/ran"]),
+    );
+    assert_eq!(code(&tls_url), 69, "{}", text(&tls_url.stderr));
+    assert_said(&tls_url, "the server may not speak TLS");
 }
 
 #[test]

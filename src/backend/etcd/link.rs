@@ -73,6 +73,8 @@ pub struct Link {
     endpoints: Vec<String>,
     options: ConnectOptions,
     secrets: Vec<String>,
+    /// Whether the URL asked for TLS (`?cacert=`), for the hint on a mismatch with the server.
+    tls: bool,
     state: Mutex<State>,
     /// Held while a client is made, so calls sent together share one connection.
     connecting: tokio::sync::Mutex<()>,
@@ -116,6 +118,7 @@ impl Link {
             endpoints: settings.endpoints.clone(),
             options,
             secrets: settings.url.secrets().to_vec(),
+            tls: settings.tls.is_some(),
             state: Mutex::new(State {
                 current: 0,
                 client: None,
@@ -176,6 +179,9 @@ impl Link {
                 }
                 Ok(Err(e)) => {
                     last_reason = self.reason(&e);
+                    if let Some(hint) = tls_mismatch_hint(&e, self.tls) {
+                        last_reason = format!("{last_reason} ({hint})");
+                    }
                     crate::debug!("{endpoint}: {last_reason}; trying the next member");
                 }
                 Err(_) => {
@@ -304,6 +310,33 @@ fn is_lease_gone(e: &etcd_client::Error) -> bool {
 }
 
 /// The innermost cause of `e` that says something.
+/// A word on TLS when the connection ended the way a mismatch ends it: a TLS member hangs up on a
+/// plain client (a reset, or a broken pipe if the client was still writing), and a plain member
+/// closes on, or resets, a TLS handshake it cannot read.
+fn tls_mismatch_hint(e: &etcd_client::Error, tls: bool) -> Option<&'static str> {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = match e {
+        etcd_client::Error::GRpcStatus(status) => std::error::Error::source(status),
+        etcd_client::Error::TransportError(t) => std::error::Error::source(t),
+        etcd_client::Error::IoError(io) => Some(io),
+        _ => None,
+    };
+    while let Some(error) = source {
+        if let Some(io) = error.downcast_ref::<std::io::Error>() {
+            return match (tls, io.kind()) {
+                (false, std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe) => {
+                    Some("if the server expects TLS, add ?cacert=FILE to the URL")
+                }
+                (true, std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset) => {
+                    Some("the server may not speak TLS: a URL without ?cacert= connects without it")
+                }
+                _ => None,
+            };
+        }
+        source = error.source();
+    }
+    None
+}
+
 fn innermost(e: &etcd_client::Error) -> String {
     let (top, mut source): (String, Option<&(dyn std::error::Error + 'static)>) = match e {
         etcd_client::Error::GRpcStatus(status) => (
