@@ -88,14 +88,18 @@ impl Wire for RedisServer {
     }
 }
 
-/// The acquire script as sent: the opening that every try shares, then the acquire itself.
+/// The acquire script as sent: the publish check and the opening that every try shares, then the
+/// acquire itself.
 const ACQUIRE_LUA: &str = concat!(
+    include_str!("../src/backend/redis/lua/may_publish.lua"),
     include_str!("../src/backend/redis/lua/acquire_opening.lua"),
     include_str!("../src/backend/redis/lua/acquire.lua")
 );
 const RENEW_LUA: &str = include_str!("../src/backend/redis/lua/renew.lua");
-/// The release script as sent: the shared waking helper, then the release itself.
+/// The release script as sent: the shared publish check and waking helper, then the release
+/// itself.
 const RELEASE_LUA: &str = concat!(
+    include_str!("../src/backend/redis/lua/may_publish.lua"),
     include_str!("../src/backend/redis/lua/wake.lua"),
     include_str!("../src/backend/redis/lua/release.lua")
 );

@@ -86,6 +86,53 @@ fn tls_asked_of_a_plain_server_or_refused_by_a_tls_one_is_told() {
     assert_said(&out, "if the server expects TLS, use rediss://");
 }
 
+/// A Redis user whose ACL forbids PUBLISH on lockrun's channels: `release --force` (which
+/// tells each holder on its channel) is refused before it drops anything, rather than dropping
+/// the holder and then failing (Redis keeps a failed script's writes), so the exit status tells
+/// the truth. A user that may not SUBSCRIBE holds the lease, and says that a forced release
+/// will be noticed only at its next renewal.
+#[test]
+fn a_redis_user_without_pub_sub_rights_is_told_before_anything_changes() {
+    let server = RedisServer::start();
+    for rules in [["-publish"].as_slice(), &["-subscribe"]] {
+        let user = rules[0].trim_start_matches('-');
+        let mut acl = vec!["ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all"];
+        acl.extend_from_slice(rules);
+        assert_eq!(server.ask(&acl), "OK");
+    }
+    let as_user = |user: &str| format!("redis://{user}:pw@127.0.0.1:{}", server.port());
+    let scene = Scene::new(server.url());
+    let mut holder = scene.hold("acl", "h", &["--ttl", "20s"]);
+    let refused = output(lockrun().args([
+        "release",
+        "acl",
+        "--force",
+        "--backend",
+        &as_user("publish"),
+    ]));
+    assert_eq!(code(&refused), 69, "{}", text(&refused.stderr));
+    assert_said(&refused, "may not PUBLISH");
+    assert!(
+        holder.running(),
+        "the holder was stopped by a refused release"
+    );
+    let status = output(lockrun().args(["status", "acl", "--backend", &server.url()]));
+    assert!(
+        text(&status.stdout).contains("held"),
+        "{}",
+        text(&status.stdout)
+    );
+    assert_eq!(code(&holder.finish()), 0);
+
+    let out = output(&mut scene.cmd_via(
+        &as_user("subscribe"),
+        ["--name", "deaf", "--", "sleep", "1"],
+    ));
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    assert_said(&out, "cannot listen for a forced release");
+    assert_said(&out, "may not subscribe");
+}
+
 /// A `--min-interval` look that gets no answer decides nothing: the late run, finding the name
 /// held, waits in line as it would without the look, and the claim it makes once it holds the
 /// name decides (here: too soon, exit 75, its command never run).

@@ -221,15 +221,28 @@ impl Link {
         .await
     }
 
-    /// A dedicated connection subscribed to `channel`, for waiters.
+    /// A dedicated connection subscribed to `channel`, for waiters and for holders listening
+    /// for a forced release.
+    ///
+    /// The client passes a refused SUBSCRIBE (an ACL without `&channel` or `+subscribe`) on as
+    /// a success, so the subscription is proved by a PING: a subscribed connection answers it
+    /// with `["pong", ""]`, an unsubscribed one with a plain `PONG`.
     pub async fn subscribe(&self, channel: &str) -> Result<PubSub, BackendError> {
         let subscribing = async {
             let mut pubsub = self.client.get_async_pubsub().await?;
             pubsub.subscribe(channel).await?;
-            Ok::<_, RedisError>(pubsub)
+            let pong: redis::Value = pubsub.ping().await?;
+            Ok::<_, RedisError>((pubsub, matches!(pong, redis::Value::Array(_))))
         };
         match tokio::time::timeout(REQUEST_TIMEOUT, subscribing).await {
-            Ok(Ok(pubsub)) => Ok(pubsub),
+            Ok(Ok((pubsub, true))) => Ok(pubsub),
+            Ok(Ok((_, false))) => Err(BackendError::Failed {
+                endpoint: self.endpoint.clone(),
+                reason: format!(
+                    "the server refused SUBSCRIBE to {}: this Redis user may not subscribe there",
+                    fragment(channel, &self.secrets)
+                ),
+            }),
             Ok(Err(e)) => Err(self.failed(&e)),
             Err(_) => Err(self.timed_out(REQUEST_TIMEOUT)),
         }
@@ -328,7 +341,7 @@ fn scrub(secrets: &[String], e: &RedisError) -> String {
         }
         (_, Some(code)) => format!(
             "the server replied {code}: {}",
-            fragment(e.detail().unwrap_or_default(), &[])
+            fragment(&script_error_detail(e.detail().unwrap_or_default()), &[])
         ),
         // A reply that is not RESP: something else listens on that port.
         (redis::ErrorKind::Parse, _) => {
@@ -337,6 +350,19 @@ fn scrub(secrets: &[String], e: &RedisError) -> String {
         _ => e.to_string(),
     };
     fragment(&text, secrets)
+}
+
+/// An error reply from inside one of lockrun's scripts, without the script's hash and line
+/// (which tell an operator nothing); an ACL refusal there says where the user's rights are
+/// listed.
+fn script_error_detail(detail: &str) -> String {
+    let detail = detail.split(" script: ").next().unwrap_or(detail);
+    match detail.contains("user executing the script can't run this command") {
+        true => "this Redis user may not run one of the commands lockrun's scripts use \
+                 (README lists them, under Redis)"
+            .to_owned(),
+        false => detail.to_owned(),
+    }
 }
 
 #[cfg(test)]

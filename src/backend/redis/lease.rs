@@ -165,11 +165,19 @@ where
         *listener = None;
     }
     tokio::time::sleep(LISTEN_AFTER).await;
+    let mut told = false;
     loop {
         match open().await {
             Ok(made) => {
                 *listener = Some(made);
                 return Revocation::MayHaveMissed;
+            }
+            // Said once (a user whose ACL forbids SUBSCRIBE would hear it at every try).
+            Err(e) if !told => {
+                crate::warn!(
+                    "cannot listen for a forced release ({e}); one is noticed at the next renewal"
+                );
+                told = true;
             }
             Err(e) => crate::debug!("cannot listen for a forced release ({e})"),
         }

@@ -1,7 +1,8 @@
 //! The server-side scripts, one per operation that must be atomic. Each is a `.lua` file beside
 //! this module (under `lua/`), documented there; the scripts that free a place are prefixed with
 //! `wake.lua`, the one way of waking the next waiters (leave with `drop_holds.lua` too), the
-//! acquire script with `acquire_opening.lua` and the status read with `status_opening.lua`;
+//! acquire script with `acquire_opening.lua` and the status read with `status_opening.lua`; the
+//! scripts that may publish (those that wake, and acquire) with `may_publish.lua`;
 //! redlock's scripts share all three. They are sent by hash and loaded on first use, including
 //! after a server restart. [`Call`] is one invocation of a script.
 
@@ -16,13 +17,17 @@ use crate::backend::BackendError;
 /// The waking helper that the scripts freeing a place share.
 const WAKE: &str = include_str!("lua/wake.lua");
 
+/// The check, before any write, that this user may publish where a script is about to (see
+/// `lua/may_publish.lua`): prefixed to every script that may.
+const MAY_PUBLISH: &str = include_str!("lua/may_publish.lua");
+
 /// Dropping whatever one run holds on a name, shared by the scripts that do (see
 /// `lua/drop_holds.lua`); redlock's retreat is one.
 pub const DROP_HOLDS: &str = include_str!("lua/drop_holds.lua");
 
 /// A script whose body may call `wake_head` (see `lua/wake.lua`).
 pub fn with_wake(body: &str) -> Script {
-    Script::new(&format!("{WAKE}{body}"))
+    Script::new(&format!("{MAY_PUBLISH}{WAKE}{body}"))
 }
 
 /// The opening that every try to acquire shares (here and on a redlock master).
@@ -31,7 +36,7 @@ const ACQUIRE_OPENING: &str = include_str!("lua/acquire_opening.lua");
 /// A script that tries to acquire, after the opening that reads its keys, arguments and clock
 /// (see `lua/acquire_opening.lua`).
 pub fn with_acquire_opening(body: &str) -> Script {
-    Script::new(&format!("{ACQUIRE_OPENING}{body}"))
+    Script::new(&format!("{MAY_PUBLISH}{ACQUIRE_OPENING}{body}"))
 }
 
 /// The opening both status reads share (here and on a redlock master).

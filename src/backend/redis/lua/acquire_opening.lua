@@ -15,6 +15,9 @@ local limit = tonumber(ARGV[3])
 local heartbeat = tonumber(ARGV[5])
 local shared = ARGV[6] == 's'
 local supersede = ARGV[7] == '1'
+if supersede then
+  may_wake(squeue, ARGV[8])
+end
 
 local time = redis.call('TIME')
 local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])

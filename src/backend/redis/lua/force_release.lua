@@ -4,6 +4,10 @@
 -- KEYS: 1 meta hash, 2 queue zset, 3 xqueue zset, 4 readers zset, 5 rinfo hash, 6 .. slot
 -- hashes. ARGV: 1 wake channel prefix, 2 revocation channel prefix. Returns how many live
 -- holders were dropped.
+-- Holders are told on their own channels, and the line woken: refused before any write when
+-- this user may not publish there.
+may_publish(ARGV[2])
+may_wake(KEYS[2], ARGV[1])
 local time = redis.call('TIME')
 local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local dropped = 0

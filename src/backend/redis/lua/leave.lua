@@ -6,6 +6,7 @@
 -- Returns how many entries (place in line, holds) were removed. Prefixed with wake.lua and
 -- drop_holds.lua.
 local owner = ARGV[1]
+may_wake(KEYS[2], ARGV[2])
 local removed = redis.call('ZREM', KEYS[2], owner)
 redis.call('ZREM', KEYS[3], owner)
 redis.call('ZREM', KEYS[4], owner)

@@ -3,6 +3,7 @@
 --
 -- KEYS: 1 readers zset, 2 rinfo hash, 3 meta hash, 4 queue zset, 5 xqueue zset. ARGV: 1 owner
 -- id, 2 wake channel prefix. Returns 1 when released, 0 when not ours.
+may_wake(KEYS[4], ARGV[2])
 if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then
   redis.call('HDEL', KEYS[2], ARGV[1])
   if redis.call('ZCARD', KEYS[1]) == 0 then

@@ -17,6 +17,7 @@
 local meta, queue, beats, xqueue, squeue, qinfo, readers, rinfo =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local owner = ARGV[1]
+may_wake(queue, ARGV[5])
 local token = tonumber(ARGV[2])
 local holds = false
 local freed = 0

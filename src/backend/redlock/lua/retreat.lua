@@ -13,6 +13,11 @@ local meta, queue, beats, xqueue, squeue, qinfo, readers, rinfo =
 local owner = ARGV[1]
 local heartbeat = tonumber(ARGV[3])
 local agreed = tonumber(ARGV[7])
+if heartbeat > 0 then
+  may_publish(ARGV[6])
+else
+  may_wake(queue, ARGV[6])
+end
 local function int(n) return string.format('%d', n) end
 local time = redis.call('TIME')
 local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
