@@ -1,6 +1,5 @@
 //! The entry point: parse, resolve, run, and map every outcome to an exit status in one place.
 
-use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::config::Invocation;
@@ -20,10 +19,18 @@ pub fn main() -> u8 {
         } else {
             // One line, as every message: the location and the message are two in std's form.
             let text = messages::fragment(&info.to_string(), &[]);
-            let _ = writeln!(std::io::stderr(), "lockrun: internal error: {text}");
+            crate::stderr_sink::write_line(format!("lockrun: internal error: {text}\n").as_bytes());
         }
+        crate::stderr_sink::flush(crate::stderr_sink::EXIT_FLUSH);
         std::process::exit(exit::INTERNAL.into());
     }));
+    let code = run();
+    // What a full stderr has not taken yet, now that the command is stopped and the lease gone.
+    crate::stderr_sink::flush(crate::stderr_sink::EXIT_FLUSH);
+    code
+}
+
+fn run() -> u8 {
     // The drill's internal probe writer, kept out of clap so that no help, man page or
     // completion offers it.
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();

@@ -20,5 +20,6 @@ pub mod messages;
 pub mod name;
 mod progress;
 mod reactor;
+mod stderr_sink;
 pub mod supervisor;
 pub mod timing;

@@ -3,7 +3,7 @@
 //! error, a server's reply, a client library), [`printable`] for what other processes wrote
 //! (a holder's note, host or user), [`duration`] for times. stdout belongs to the command alone.
 
-use std::io::{self, Write};
+use std::io;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
@@ -36,8 +36,8 @@ pub fn enabled(level: u8) -> bool {
 /// Prints `lockrun: {message}` to stderr when `level` is enabled; errors use [`QUIET`].
 pub fn say(level: u8, message: std::fmt::Arguments<'_>) {
     if enabled(level) {
-        // A closed or broken stderr must not turn a message into a panic.
-        let _ = writeln!(io::stderr().lock(), "lockrun: {message}");
+        // Never blocks, and a closed or broken stderr never turns a message into a panic.
+        crate::stderr_sink::write_line(format!("lockrun: {message}\n").as_bytes());
     }
 }
 

@@ -127,6 +127,65 @@ fn a_reader_that_went_away_does_not_kill_lockrun() {
     assert!(status.code().is_some(), "killed: {status:?}");
 }
 
+/// A stderr nobody reads (a full pipe whose reader is alive) never holds up what lockrun must
+/// do: the message that the command's time ran out cannot be written, yet the command is
+/// stopped and the lock freed at once, as they would be with a stderr that reads.
+#[test]
+fn a_stderr_nobody_reads_never_holds_up_stopping_the_command() {
+    let env = Scene::file();
+    let (reader, writer) = nix::unistd::pipe().unwrap();
+    // The smallest pipe, full: every write to it would block.
+    nix::fcntl::fcntl(&writer, nix::fcntl::FcntlArg::F_SETPIPE_SZ(4096)).unwrap();
+    nix::fcntl::fcntl(
+        &writer,
+        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+    )
+    .unwrap();
+    while nix::unistd::write(&writer, &[b'x'; 512]).is_ok() {}
+    nix::fcntl::fcntl(
+        &writer,
+        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::empty()),
+    )
+    .unwrap();
+    let mut run = KilledOnDrop(
+        env.cmd(["--name", "deaf", "--timeout", "300ms", "--", "sh", "-c"])
+            .arg("echo $$ > pid; exec sleep 30")
+            .stderr(std::process::Stdio::from(writer))
+            .spawn()
+            .unwrap(),
+    );
+    wait_for_file(&env.path("pid"), SOON);
+    let command = number_in(&env.path("pid")) as i32;
+    assert_gone_within(
+        Duration::from_secs(5),
+        "the command",
+        command,
+        "its --timeout",
+    );
+    let free = wait_until(Duration::from_secs(5), || {
+        code(&env.run(["--name", "deaf", "-n", "--", "true"])) == 0
+    });
+    assert!(free, "the name stayed held while stderr was full");
+    // lockrun gives the full pipe a while to take its messages, then exits with 124.
+    let exited = wait_until(Duration::from_secs(10), || {
+        run.0.try_wait().unwrap().is_some()
+    });
+    assert!(exited, "lockrun never exited with its stderr full");
+    assert_eq!(run.0.wait().unwrap().code(), Some(124));
+    drop(reader);
+}
+
+/// A lockrun that a failing test must not leave behind (blocked on a full stderr, it would keep
+/// the test's output open).
+struct KilledOnDrop(std::process::Child);
+
+impl Drop for KilledOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 #[test]
 fn lockrun_writes_nothing_to_stdout_and_leaves_stdin_to_the_command() {
     let env = Scene::file();
