@@ -294,6 +294,48 @@ fn signals_are_forwarded_to_the_commands_process_group() {
     }
 }
 
+/// A command that is stopped (it stopped itself, or was stopped from outside) still ends when
+/// lockrun is told to end, or its --timeout runs out: lockrun continues it after the TERM, as
+/// `timeout` and shells do, so its trap runs; otherwise the TERM stayed pending and lockrun
+/// waited, holding the lock, for as long as the command stayed stopped.
+#[test]
+fn a_stopped_command_still_ends_on_a_forwarded_term_or_its_timeout() {
+    let env = Scene::file();
+    let script = "trap 'echo trapped > trapped; exit 9' TERM; echo up > ready; kill -STOP $$; \
+                  while :; do sleep 0.05; done";
+    let mut run = env.spawn(["--name", "stopped", "--", "sh", "-c", script]);
+    wait_for_file(&env.path("ready"), Duration::from_secs(10));
+    std::thread::sleep(Duration::from_millis(100));
+    run.signal(Signal::SIGTERM);
+    let out = run.wait(Duration::from_secs(10));
+    assert_eq!(code(&out), 9, "{}", text(&out.stderr));
+    assert_eq!(
+        std::fs::read_to_string(env.path("trapped")).unwrap().trim(),
+        "trapped"
+    );
+
+    std::fs::remove_file(env.path("trapped")).unwrap();
+    let out = env.run([
+        "--name",
+        "stopped",
+        "--timeout",
+        "300ms",
+        "--ttl",
+        "60s",
+        "--kill-after",
+        "10s",
+        "--",
+        "sh",
+        "-c",
+        script,
+    ]);
+    assert_eq!(code(&out), 124, "{}", text(&out.stderr));
+    assert_eq!(
+        std::fs::read_to_string(env.path("trapped")).unwrap().trim(),
+        "trapped"
+    );
+}
+
 #[test]
 fn a_signal_while_waiting_for_the_lock_ends_the_wait_without_running_anything() {
     let env = Scene::file();

@@ -51,6 +51,14 @@ const KILLED_LOOK: Duration = Duration::from_millis(2);
 const MAX_RETRY: Duration = Duration::from_secs(1);
 /// How often lockrun looks for descendants that left the command's group, for the watchdog.
 const ESCAPEE_LOOK: Duration = Duration::from_millis(100);
+/// Forwarded signals whose sender means the command to end: a stopped command is continued
+/// after one, so that it can.
+const ENDING: [Signal; 4] = [
+    Signal::SIGTERM,
+    Signal::SIGINT,
+    Signal::SIGHUP,
+    Signal::SIGQUIT,
+];
 
 type RenewFuture<'a> = Pin<Box<dyn Future<Output = Result<Renewal, RenewError>> + Send + 'a>>;
 type RevokedFuture<'a> = Pin<Box<dyn Future<Output = Revocation> + Send + 'a>>;
@@ -133,6 +141,8 @@ impl Keeper {
                     Cause::TimedOut => {}
                 }
                 child.signal_everything(Signal::SIGTERM);
+                // A stopped command gets to act on the TERM (its trap runs) before the KILL.
+                child.signal_everything(Signal::SIGCONT);
                 self.stopping = Some(Stopping {
                     cause,
                     kill_at: Some(kill_at),
@@ -297,6 +307,12 @@ pub async fn supervise(
                 Some(signal) => {
                     crate::info!("forwarding {signal} to the command");
                     child.signal_group(signal);
+                    // A stopped command would keep a signal that should end it pending, and
+                    // lockrun would wait for it forever: it is continued, as `timeout` and shells
+                    // do — unless the lease ran out meanwhile (the clock's next look kills it).
+                    if ENDING.contains(&signal) && keeper.may_run(BootInstant::now()) {
+                        child.signal_group(Signal::SIGCONT);
+                    }
                 }
                 None => signals_open = false,
             },
