@@ -94,6 +94,47 @@ fn a_fifo_planted_as_a_lock_file_is_refused_at_once() {
     }
 }
 
+/// A lock file removed under its holder (a temp-dir cleaner) lets another run lock a new file of
+/// the same name: the holder notices within a moment, not at its next renewal (here 20 s away),
+/// and stops its command; a command that ends right after the removal, before any look, still
+/// ends its run with 76, as its release finds the file gone.
+#[test]
+fn a_lock_file_removed_under_its_holder_ends_the_run_as_a_lost_lease() {
+    let env = Scene::file();
+    let mut run = env.spawn([
+        "--name",
+        "tmp",
+        "--ttl",
+        "60s",
+        "--",
+        "sh",
+        "-c",
+        "echo up > ready; sleep 30",
+    ]);
+    crate::support::wait::wait_for_file(&env.path("ready"), Duration::from_secs(10));
+    let removed = std::time::Instant::now();
+    std::fs::remove_file(env.state().join("tmp.lock")).unwrap();
+    let out = run.wait(Duration::from_secs(10));
+    assert_eq!(code(&out), 76, "{}", text(&out.stderr));
+    assert!(
+        removed.elapsed() < Duration::from_secs(5),
+        "noticed only after {:?}",
+        removed.elapsed()
+    );
+
+    let out = env.run([
+        "--name",
+        "tmp",
+        "--ttl",
+        "60s",
+        "--",
+        "sh",
+        "-c",
+        &format!("rm {}", env.state().join("tmp.lock").display()),
+    ]);
+    assert_eq!(code(&out), 76, "{}", text(&out.stderr));
+}
+
 #[test]
 fn a_symlink_planted_as_a_lock_file_is_refused() {
     let env = Scene::file();

@@ -18,7 +18,9 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use super::state_dir::{FileId, StateDir};
-use crate::backend::{BackendError, Grant, HolderInfo, Lease, Released, RenewError, Renewal};
+use crate::backend::{
+    BackendError, Grant, HolderInfo, Lease, Released, RenewError, Renewal, Revocation,
+};
 use crate::messages::io as io_reason;
 
 /// What a holder records for `status`.
@@ -65,6 +67,13 @@ impl HolderRecord {
 
 /// The longest record a reader takes in.
 const MAX_RECORD: usize = 8192;
+
+/// How often a holder looks whether its lock file is still the one it locked, between renewals
+/// (which look too, but only every `--renew`): a file removed or replaced under it (a temp-dir
+/// cleaner, a careless `rm`) lets another process lock a new file of the same name, and this
+/// bounds how long the two commands overlap. A look is one `fstatat`; a command shorter than
+/// this never makes one.
+const IDENTITY_LOOK: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Overwrites the first `len` bytes of `file` with spaces: a record released, which readers find
 /// blank.
@@ -205,9 +214,22 @@ impl Lease for FileLease {
         }
     }
 
+    /// Resolves once the lock file is no longer the one this run locked, for the supervisor to
+    /// renew (look) at once.
+    async fn revoked(&self) -> Revocation {
+        loop {
+            tokio::time::sleep(IDENTITY_LOOK).await;
+            if !matches!(self.dir.file_id(&self.lock_name), Ok(Some(id)) if id == self.id) {
+                return Revocation::Announced;
+            }
+        }
+    }
+
     /// Drops what waited for the command's start, blanks the record, lets go of the lock, then
-    /// closes the read-write descriptor, which wakes the waiters.
+    /// closes the read-write descriptor, which wakes the waiters. A lock file removed or replaced
+    /// since the last look makes the release find the lease already gone.
     async fn release(self: Box<Self>) -> Result<Released, BackendError> {
+        let still_ours = matches!(self.dir.file_id(&self.lock_name), Ok(Some(id)) if id == self.id);
         let FileLease {
             lock,
             bell,
@@ -228,9 +250,14 @@ impl Lease for FileLease {
         };
         drop(lock);
         drop(bell);
-        // A kernel lock is held until it is let go: it was this run's to the end.
+        // A kernel lock is held until it is let go: it was this run's to the end, unless its file
+        // went, and another run could lock a new one.
+        let released = match still_ours {
+            true => Released::Given,
+            false => Released::AlreadyGone,
+        };
         cleared
-            .map(|()| Released::Given)
+            .map(|()| released)
             .map_err(|e| BackendError::Failed {
                 endpoint: dir.path().join(&lock_name).display().to_string(),
                 reason: io_reason(&e),
