@@ -5,7 +5,8 @@
 //! handler on an alternate signal stack: about 0.09 ms of a 2.3 ms run on the file backend
 //! (`bench/file_vs_flock.py`). What lockrun needs of that start-up is done here: closed standard
 //! descriptors are opened on `/dev/null` (so that no lock file or connection becomes stdout),
-//! SIGPIPE is ignored (a closed pipe is an error to report, not a death), and stdout is flushed
+//! SIGPIPE is ignored (a closed pipe is an error to report, not a death; SIGXFSZ likewise, and
+//! the command gets both back as lockrun found them), and stdout is flushed
 //! at the end. glibc hands the arguments to the standard library as before. The one thing lost:
 //! a stack overflow ends lockrun with SIGSEGV instead of a message first.
 
@@ -22,8 +23,7 @@ fn main() -> std::process::ExitCode {
 pub extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> libc::c_int {
     use std::io::Write;
     open_closed_standard_descriptors();
-    // SAFETY: SIG_IGN installs no handler code.
-    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+    lockrun::supervisor::ignore_for_lockrun();
     let code = lockrun::app::main();
     let _ = std::io::stdout().flush();
     code.into()

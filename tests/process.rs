@@ -3,6 +3,7 @@
 
 use std::io::Write;
 use std::path::Path;
+use std::process::Command;
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill};
@@ -10,7 +11,7 @@ use nix::unistd::Pid;
 
 use crate::support::asserts::{assert_gone_within, assert_one_line, assert_said};
 use crate::support::fixture::{Fixture, Reachable};
-use crate::support::lockrun::{BIN, Proc, scrub};
+use crate::support::lockrun::{BIN, Proc, output, scrub};
 use crate::support::redis_server::RedisServer;
 use crate::support::scene::Scene;
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
@@ -84,8 +85,51 @@ fn the_command_starts_with_no_signal_blocked_caught_or_pipe_ignored() {
     };
     assert_eq!(mask("SigBlk:"), 0, "{status}");
     assert_eq!(mask("SigCgt:"), 0, "{status}");
-    let pipe = 1 << (libc::SIGPIPE - 1);
-    assert_eq!(mask("SigIgn:") & pipe, 0, "{status}");
+    let ignored_by_lockrun = (1 << (libc::SIGPIPE - 1)) | (1 << (libc::SIGXFSZ - 1));
+    assert_eq!(mask("SigIgn:") & ignored_by_lockrun, 0, "{status}");
+}
+
+/// SIGPIPE and SIGXFSZ, which lockrun ignores for itself, reach the command as lockrun found
+/// them: ignored when its parent ignored them (as across any exec), default otherwise. And a
+/// file-size limit that leaves lockrun no room to write its state ends it with one line, not a
+/// silent death by SIGXFSZ.
+#[test]
+fn signals_lockrun_ignores_for_itself_reach_the_command_as_it_found_them() {
+    let env = Scene::file();
+    let ignored_in = |prelude: &str| {
+        let out = output(
+            Command::new("sh")
+                .current_dir(env.dir())
+                .arg("-c")
+                .arg(format!(
+                    "{prelude} exec {BIN} -b {} --name sig -- grep SigIgn /proc/self/status",
+                    env.url()
+                )),
+        );
+        assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+        let mask = text(&out.stdout)
+            .trim()
+            .trim_start_matches("SigIgn:")
+            .trim()
+            .to_owned();
+        u64::from_str_radix(&mask, 16).unwrap()
+    };
+    let (pipe, xfsz) = (1 << (libc::SIGPIPE - 1), 1 << (libc::SIGXFSZ - 1));
+    assert_eq!(ignored_in("") & (pipe | xfsz), 0);
+    assert_eq!(
+        ignored_in("trap '' PIPE XFSZ;") & (pipe | xfsz),
+        pipe | xfsz
+    );
+    assert_eq!(ignored_in("trap '' PIPE;") & (pipe | xfsz), pipe);
+
+    let fresh = Scene::file();
+    let out = output(Command::new("sh").arg("-c").arg(format!(
+        "ulimit -f 0; exec {BIN} -b {} --name big -- touch {}",
+        fresh.url(),
+        fresh.path("ran").display()
+    )));
+    assert_one_line(&out, 69, "file too large");
+    assert!(!fresh.path("ran").exists(), "the command ran");
 }
 
 /// Started with stdin, stdout and stderr closed (by a daemon, or a crontab line ending in

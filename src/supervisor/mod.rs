@@ -16,6 +16,6 @@ mod tests;
 mod watchdog;
 
 pub use child::{Child, Launch, die_with_parent};
-pub use signals::{FORWARDED, Signals, listen, unless_signalled};
+pub use signals::{FORWARDED, Signals, ignore_for_lockrun, listen, unless_signalled};
 pub use supervise::{Outcome, supervise};
 pub use watchdog::{Standby, leave_last_close, note_heap_and_stack};

@@ -34,6 +34,34 @@ pub const FORWARDED: [Signal; 6] = [
     Signal::SIGUSR2,
 ];
 
+/// Signals lockrun ignores for itself from its first instruction: SIGPIPE (a closed pipe is an
+/// error to report, not a death) and SIGXFSZ (a file-size limit too: `ulimit -f` makes a write
+/// fail with EFBIG instead of killing lockrun without a word). The command gets each back as
+/// lockrun found it (see [`ignored_on_entry`]).
+pub const IGNORED_BY_LOCKRUN: [libc::c_int; 2] = [libc::SIGPIPE, libc::SIGXFSZ];
+
+/// Bit N set: signal N was already ignored when lockrun started.
+static IGNORED_ON_ENTRY: AtomicU64 = AtomicU64::new(0);
+
+/// Ignores [`IGNORED_BY_LOCKRUN`], noting which of them lockrun's parent had ignored already.
+/// Called once, first thing in `main`.
+pub fn ignore_for_lockrun() {
+    for signal in IGNORED_BY_LOCKRUN {
+        // SAFETY: SIG_IGN installs no handler code; the previous disposition is only compared.
+        let previous = unsafe { libc::signal(signal, libc::SIG_IGN) };
+        if previous == libc::SIG_IGN {
+            IGNORED_ON_ENTRY.fetch_or(1 << signal, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Whether `signal` (one of [`IGNORED_BY_LOCKRUN`]) was ignored when lockrun started: then the
+/// command keeps it ignored, as across any exec; else it gets the default back. Reads an atomic
+/// only, so a child between its fork and its exec may ask.
+pub fn ignored_on_entry(signal: libc::c_int) -> bool {
+    IGNORED_ON_ENTRY.load(Ordering::Relaxed) & (1 << signal) != 0
+}
+
 /// The pipe's write end, where the handler writes; -1 until [`listen`] made the pipe.
 static WRITE_END: AtomicI32 = AtomicI32::new(-1);
 
