@@ -92,6 +92,7 @@ impl Error {
     pub fn code(&self) -> u8 {
         match self {
             Error::Usage(_) => USAGE,
+            Error::Backend(crate::backend::BackendError::Starved { .. }) => INTERNAL,
             Error::Backend(_) => UNAVAILABLE,
             Error::Busy { code, .. } => *code,
             Error::LeaseLost(_) => LEASE_LOST,

@@ -109,6 +109,26 @@ pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(shown)
 }
 
+/// The OS error code of `e`, or of the I/O error it wraps (one given a path in its text, say).
+pub fn os_error_within(e: &io::Error) -> Option<i32> {
+    let mut current: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(error) = current {
+        if let Some(code) = error
+            .downcast_ref::<io::Error>()
+            .and_then(io::Error::raw_os_error)
+        {
+            return Some(code);
+        }
+        current = match error.downcast_ref::<io::Error>() {
+            Some(io) => io
+                .get_ref()
+                .map(|inner| inner as &(dyn std::error::Error + 'static)),
+            None => error.source(),
+        };
+    }
+    None
+}
+
 /// An I/O error as a fragment.
 pub fn io(e: &io::Error) -> String {
     fragment(&e.to_string(), &[])

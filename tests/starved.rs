@@ -73,6 +73,9 @@ fn a_low_descriptor_limit_runs_the_command_whole_or_not_at_all_on_file() {
             limit,
         );
         assert_whole_or_nothing(&out, limit, 0);
+        // No server failed: running out of descriptors is the system refusing lockrun (70),
+        // never "backend failing" (69), which a script may retry on.
+        assert_ne!(code(&out), 69, "at {limit}: {}", text(&out.stderr));
     }
 }
 

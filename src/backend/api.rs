@@ -218,9 +218,25 @@ pub enum BackendError {
     /// The backend cannot do what was asked.
     #[error("{0}")]
     Unsupported(String),
+    /// The system refused lockrun something it needs here (descriptors, memory: a low
+    /// `ulimit -n`): not the backend failing, which a script may retry on (exit 70, not 69).
+    #[error("{endpoint}: {reason}")]
+    Starved { endpoint: String, reason: String },
 }
 
 impl BackendError {
+    /// A local I/O error on `endpoint`: [`BackendError::Starved`] when the system ran out of
+    /// descriptors or memory for lockrun, else [`BackendError::Failed`].
+    pub fn io(endpoint: String, e: &std::io::Error) -> Self {
+        let reason = crate::messages::io(e);
+        match crate::messages::os_error_within(e) {
+            Some(libc::EMFILE | libc::ENFILE | libc::ENOMEM) => {
+                BackendError::Starved { endpoint, reason }
+            }
+            _ => BackendError::Failed { endpoint, reason },
+        }
+    }
+
     /// No connection to `endpoint` was ready within `limit`: nothing accepted it, or the server
     /// accepted and never answered the first request (a frozen server), which the client's
     /// handshake does not tell apart.

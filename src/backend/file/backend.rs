@@ -22,7 +22,6 @@ use crate::backend::{
     AcquireRequest, Acquired, Backend, BackendError, Cancel, Grant, HolderInfo, Inspect, Mode,
 };
 use crate::clock::{BootInstant, BootTimer};
-use crate::messages::io as io_reason;
 
 /// How often a waiter looks again without being woken, in case a change went unreported (a lock
 /// released by a process that had its file open read-only).
@@ -91,10 +90,7 @@ impl FileBackend {
     }
 
     pub(super) fn failed(&self, e: &io::Error) -> BackendError {
-        BackendError::Failed {
-            endpoint: self.describe(),
-            reason: io_reason(e),
-        }
+        BackendError::io(self.describe(), e)
     }
 
     /// One try for the lock, without waiting for it: a free slot (exclusive), or a share of slot

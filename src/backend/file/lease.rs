@@ -163,10 +163,10 @@ impl FileLease {
     }
 
     fn failed(&self, e: &io::Error) -> BackendError {
-        BackendError::Failed {
-            endpoint: self.dir.path().join(&self.lock_name).display().to_string(),
-            reason: io_reason(e),
-        }
+        BackendError::io(
+            self.dir.path().join(&self.lock_name).display().to_string(),
+            e,
+        )
     }
 }
 

@@ -75,10 +75,8 @@ pub struct StateDir {
 impl StateDir {
     /// Creates `path` (and missing parents) with private permissions if needed, then opens it.
     pub fn open(path: &Path) -> Result<Self, BackendError> {
-        let unreachable = |e: io::Error| BackendError::Failed {
-            endpoint: format!("the state directory {}", path.display()),
-            reason: crate::messages::io(&e),
-        };
+        let unreachable =
+            |e: io::Error| BackendError::io(format!("the state directory {}", path.display()), &e);
         DirBuilder::new()
             .recursive(true)
             .mode(DIR_MODE)
@@ -155,14 +153,12 @@ impl StateDir {
 
     /// `e`, saying which file it is about.
     pub fn named(&self, file_name: &str, e: io::Error) -> io::Error {
-        io::Error::new(
-            e.kind(),
-            format!(
-                "{}: {}",
-                self.path.join(file_name).display(),
-                crate::messages::io(&e)
-            ),
-        )
+        let text = format!(
+            "{}: {}",
+            self.path.join(file_name).display(),
+            crate::messages::io(&e)
+        );
+        io::Error::new(e.kind(), Named { text, source: e })
     }
 
     /// Gives the group the `mode` bits a shared directory needs, whatever the umask took away.
@@ -299,6 +295,26 @@ impl StateDir {
             }
         }
         Ok(names)
+    }
+}
+
+/// An I/O error with the path it happened on in its text, keeping the error itself as its
+/// source (so that what it was — out of descriptors, say — can still be told).
+#[derive(Debug)]
+struct Named {
+    text: String,
+    source: io::Error,
+}
+
+impl std::fmt::Display for Named {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl std::error::Error for Named {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
     }
 }
 
