@@ -309,6 +309,10 @@ fn the_backend_url_can_come_from_a_file() {
         assert_eq!(code(&out), 64, "{}", text(&out.stderr));
         assert_said(&out, "--backend-file");
     }
+    // A file with no end (given by mistake) is read no further than a URL could be long.
+    let out = with_backend_file(Path::new("/dev/zero"), &["--name", "f", "--", "true"]);
+    assert_eq!(code(&out), 64, "{}", text(&out.stderr));
+    assert_said(&out, "first line is over 64 KiB");
 }
 
 #[test]

@@ -3,6 +3,7 @@
 //! [`RunConfig`].
 
 use std::ffi::OsString;
+use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
@@ -217,8 +218,28 @@ fn read_backend_file(path: &std::path::Path) -> Result<String, Error> {
             crate::messages::io(&e)
         ))
     };
-    let text = std::fs::read_to_string(path).map_err(cannot)?;
-    let url = text.lines().next().unwrap_or_default().trim();
+    // At most this much is read: a URL is short, and `/dev/zero` given by mistake must not be
+    // read until memory runs out.
+    const MOST: u64 = 64 * 1024;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|file| file.take(MOST).read_to_end(&mut bytes))
+        .map_err(cannot)?;
+    let first_line = bytes.split(|&b| b == b'\n').next().unwrap_or_default();
+    if first_line.len() as u64 >= MOST {
+        return Err(Error::usage(format!(
+            "--backend-file {}: its first line is over 64 KiB; put the backend URL on it",
+            path.display()
+        )));
+    }
+    let url = std::str::from_utf8(first_line)
+        .map_err(|_| {
+            Error::usage(format!(
+                "--backend-file {}: its first line is not text",
+                path.display()
+            ))
+        })?
+        .trim();
     if url.is_empty() {
         return Err(Error::usage(format!(
             "--backend-file {} is empty: put the backend URL on its first line",
