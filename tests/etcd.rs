@@ -223,6 +223,18 @@ fn tls_with_the_clusters_ca_works_and_without_it_fails_before_running() {
     assert_said(&tls_url, "the server may not speak TLS");
 }
 
+/// A cluster with authentication on, reached without credentials, answers "user name is empty":
+/// the message says what that means and how to give them.
+#[test]
+fn a_cluster_that_wants_credentials_says_so_to_a_url_without_them() {
+    let etcd = Etcd::<1>::with_password("pw").expect("etcd has passwords");
+    let bare = etcd.url().replace("root:pw@", "");
+    assert_ne!(bare, etcd.url());
+    let out = output(lockrun().args(["--backend", &bare, "--name", "auth", "--", "true"]));
+    assert_eq!(code(&out), 69, "{}", text(&out.stderr));
+    assert_said(&out, "the cluster requires authentication");
+}
+
 #[test]
 fn tls_with_a_client_certificate_when_the_cluster_asks_for_one() {
     let Some(certs) = Certificates::if_openssl() else {

@@ -241,7 +241,15 @@ impl Link {
 
     /// The error as a fragment, without the password.
     fn reason(&self, e: &etcd_client::Error) -> String {
-        fragment(&innermost(e), &self.secrets)
+        let text = innermost(e);
+        // What etcd answers a request without a token once authentication is on.
+        let text = match text.as_str() {
+            "user name is empty" => "the cluster requires authentication (user name is empty): \
+                                     give etcd://USER:PASS@HOST:PORT"
+                .to_owned(),
+            _ => text,
+        };
+        fragment(&text, &self.secrets)
     }
 
     /// A failure of something other than a call (a watch stream), while doing `what`.
