@@ -678,13 +678,14 @@ class Soak:
                 if len(parts) >= 4 and parts[0] == "S" and parts[1] == run:
                     pgid = int(parts[3]) if parts[3].isdigit() else None
             survivors = group_survivors(pgid, run)
-            if code >= 128:
-                # A lockrun killed by a signal leaves its command's tree to the watchdog, which
-                # stops it a moment later (invariant 8): give it that moment.
-                deadline = time.monotonic() + WATCHDOG_GRACE
-                while survivors and time.monotonic() < deadline:
-                    time.sleep(0.01)
-                    survivors = group_survivors(pgid, run)
+            # A lockrun killed by a signal leaves its command's tree to the watchdog, which stops
+            # it a moment later (invariant 8); and the watchdog itself (`lockrun-watch`, a fork
+            # that carries lockrun's arguments, so it is found by the run's marker when no
+            # command started) exits a moment after lockrun does: give either that moment.
+            deadline = time.monotonic() + WATCHDOG_GRACE
+            while survivors and time.monotonic() < deadline:
+                time.sleep(0.01)
+                survivors = group_survivors(pgid, run)
             with self.lock:
                 self.runs.write(json.dumps({
                     "run": run, "worker": w, "pid": pid, "spawn": spawned, "exit": exited,
