@@ -101,19 +101,15 @@ fn a_fifo_planted_as_a_lock_file_is_refused_at_once() {
 #[test]
 fn a_lock_file_removed_under_its_holder_ends_the_run_as_a_lost_lease() {
     let env = Scene::file();
-    let mut run = env.spawn([
-        "--name",
-        "tmp",
-        "--ttl",
-        "60s",
-        "--",
-        "sh",
-        "-c",
-        "echo up > ready; sleep 30",
-    ]);
+    let lock_file = env.state().join("tmp.lock");
+    let holding = |script: &str| {
+        let mut cmd = env.cmd(["--name", "tmp", "--ttl", "60s", "--", "sh", "-c", script]);
+        Proc::spawn(&mut cmd)
+    };
+    let mut run = holding("echo up > ready; sleep 30");
     crate::support::wait::wait_for_file(&env.path("ready"), Duration::from_secs(10));
     let removed = std::time::Instant::now();
-    std::fs::remove_file(env.state().join("tmp.lock")).unwrap();
+    std::fs::remove_file(&lock_file).unwrap();
     let out = run.wait(Duration::from_secs(10));
     assert_eq!(code(&out), 76, "{}", text(&out.stderr));
     assert!(
@@ -122,16 +118,7 @@ fn a_lock_file_removed_under_its_holder_ends_the_run_as_a_lost_lease() {
         removed.elapsed()
     );
 
-    let out = env.run([
-        "--name",
-        "tmp",
-        "--ttl",
-        "60s",
-        "--",
-        "sh",
-        "-c",
-        &format!("rm {}", env.state().join("tmp.lock").display()),
-    ]);
+    let out = holding(&format!("rm {}", lock_file.display())).wait(Duration::from_secs(10));
     assert_eq!(code(&out), 76, "{}", text(&out.stderr));
 }
 

@@ -56,32 +56,23 @@ fn rediss_connects_with_a_trusted_certificate_and_refuses_an_unknown_one() {
 /// unreachable, with a word on TLS.
 #[test]
 fn tls_asked_of_a_plain_server_or_refused_by_a_tls_one_is_told() {
+    let refused = |url: String| {
+        let out = output(
+            lockrun()
+                .args(["--backend", &url, "--name", "tls", "--"])
+                .args(["touch", "/nonexistent/ran"]),
+        );
+        assert_eq!(code(&out), 69, "{}", text(&out.stderr));
+        out
+    };
     let plain = RedisServer::start();
-    let out = output(lockrun().args([
-        "--backend",
-        &format!("rediss://127.0.0.1:{}", plain.port()),
-        "--name",
-        "tls",
-        "--",
-        "touch",
-        "/nonexistent/ran",
-    ]));
-    assert_eq!(code(&out), 69, "{}", text(&out.stderr));
+    let out = refused(format!("rediss://127.0.0.1:{}", plain.port()));
     assert_said(&out, "does not speak TLS on this port (use redis://)");
     let Some(certs) = Certificates::if_openssl() else {
         return;
     };
     let secure = RedisServer::with_tls(certs.dir());
-    let out = output(lockrun().args([
-        "--backend",
-        &format!("redis://127.0.0.1:{}", secure.port()),
-        "--name",
-        "tls",
-        "--",
-        "touch",
-        "/nonexistent/ran",
-    ]));
-    assert_eq!(code(&out), 69, "{}", text(&out.stderr));
+    let out = refused(format!("redis://127.0.0.1:{}", secure.port()));
     assert_said(&out, &format!("127.0.0.1:{}", secure.port()));
     assert_said(&out, "if the server expects TLS, use rediss://");
 }
