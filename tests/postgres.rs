@@ -83,6 +83,26 @@ fn the_schema_can_be_chosen_and_is_validated() {
     chosen.refuses(&bad, "s", 64, "lockrun_schema");
 }
 
+/// A server that asks for a password a URL does not give (nor PGPASSWORD, nor a password file)
+/// is a server's refusal, said as such, not an unreachable server.
+#[test]
+fn a_server_that_wants_a_password_the_url_lacks_says_so() {
+    let server = PgServer::with_password("pw").expect("postgres has passwords");
+    let bare = server.url().replace(":pw@", "@");
+    assert_ne!(bare, server.url());
+    let home = tempfile::tempdir().unwrap();
+    let s = Scene::new(&bare);
+    let out = output(
+        s.cmd(["--name", "pw", "--", "touch", "ran"])
+            .env("HOME", home.path())
+            .env_remove("PGPASSWORD")
+            .env_remove("PGPASSFILE"),
+    );
+    let line = assert_one_line(&out, 69, "asks for a password and none was given");
+    assert!(!line.contains("cannot reach"), "{line}");
+    assert!(!s.path("ran").exists());
+}
+
 #[test]
 fn tls_is_used_and_verified_when_the_url_asks_for_it() {
     if !tools::openssl() {

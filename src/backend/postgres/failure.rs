@@ -56,6 +56,9 @@ pub fn reason(e: &tokio_postgres::Error, schema: &str, secrets: &[String]) -> St
             let hint = hint(db.code(), message, schema);
             format!("server error: {message}{hint}")
         }
+        None if is_password_missing(e) => "the server asks for a password and none was given \
+                                            (put it in the URL, PGPASSWORD or ~/.pgpass)"
+            .to_owned(),
         None => match (crate::messages::io_cause(e), std::error::Error::source(e)) {
             (Some(io), _) => io,
             (None, Some(cause)) => format!("{e}: {cause}"),
@@ -63,6 +66,13 @@ pub fn reason(e: &tokio_postgres::Error, schema: &str, secrets: &[String]) -> St
         },
     };
     fragment(&text, secrets)
+}
+
+/// Whether `e` is the client finding no password to answer the server's request for one: the
+/// server's answer, in effect, not an unreachable server.
+pub fn is_password_missing(e: &tokio_postgres::Error) -> bool {
+    e.as_db_error().is_none()
+        && std::error::Error::source(e).is_some_and(|cause| cause.to_string() == "password missing")
 }
 
 /// The fix for a message users are known to meet, as a tail to append.
@@ -78,6 +88,13 @@ fn hint(code: &SqlState, message: &str, schema: &str) -> String {
              user USAGE on it and the right to use its tables and functions, or pass \
              ?lockrun_schema=NAME for a schema of this user's own; only lockruns sharing a \
              schema exclude each other)"
+        );
+    }
+    if *code == SqlState::INSUFFICIENT_PRIVILEGE && message.contains("for database") {
+        return format!(
+            " (lockrun creates its schema {schema} on first use: grant this user CREATE on the \
+             database, or have the schema made for it, or pass ?lockrun_schema=NAME for one that \
+             exists)"
         );
     }
     if *code == SqlState::TOO_MANY_CONNECTIONS || message.contains(POOLER_FULL) {
@@ -115,6 +132,12 @@ mod tests {
             "lockrun",
         );
         assert!(login.contains("set it to 1"), "{login}");
+        let database = hint(
+            &SqlState::INSUFFICIENT_PRIVILEGE,
+            "permission denied for database fresh",
+            "lockrun",
+        );
+        assert!(database.contains("grant this user CREATE"), "{database}");
         assert!(!schema.contains('\n'));
         assert_eq!(
             hint(&SqlState::UNDEFINED_TABLE, "relation x does not exist", "l"),

@@ -112,7 +112,9 @@ impl Link {
                     );
                     Ok(())
                 }
-                Err(e) if e.as_db_error().is_some() => Err(Refusal::Server(link.failed(&e).error)),
+                Err(e) if e.as_db_error().is_some() || failure::is_password_missing(&e) => {
+                    Err(Refusal::Server(link.failed(&e).error))
+                }
                 Err(e) => Err(Refusal::Link(link.reason(&e))),
             }
         };
