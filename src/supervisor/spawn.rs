@@ -312,9 +312,9 @@ unsafe fn steps(prepared: &Prepared) -> Result<(), i32> {
 /// Every signal lockrun catches anywhere — the ones it forwards ([`FORWARDED`](super::FORWARDED)),
 /// job control, SIGCHLD, and SIGSEGV and SIGBUS where the Rust runtime watches for stack
 /// overflows — and SIGPIPE and SIGXFSZ, which it ignores: the dispositions the child puts back
-/// before it unblocks signals. Checking only these, rather than asking the kernel about all 64, saves the
-/// child (and lockrun, suspended meanwhile) about 15 µs (64 queries took 20 µs on a 2-core VM); a
-/// debug build checks before each spawn that no other signal has a handler.
+/// before it unblocks signals. Checking only these, rather than asking the kernel about all 64,
+/// saves the child (and lockrun, suspended meanwhile) about 15 µs (64 queries took 20 µs on a
+/// 2-core VM); a debug build checks before each spawn that no other signal has a handler.
 fn caught() -> impl Iterator<Item = libc::c_int> {
     const OTHERS: [libc::c_int; 7] = [
         libc::SIGTSTP,

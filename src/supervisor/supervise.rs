@@ -324,7 +324,7 @@ pub async fn supervise(
             hint = revoked.as_mut(), if keeper.keeps_lease() => {
                 match hint {
                     Revocation::Announced => crate::info!(
-                        "the backend says the lease may be gone (a forced release); renewing at once to find out"
+                        "the backend says the lease may be gone; renewing at once to find out"
                     ),
                     Revocation::MayHaveMissed => crate::debug!(
                         "listening for a forced release; renewing at once in case one came unheard"
