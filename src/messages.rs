@@ -109,24 +109,28 @@ pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(shown)
 }
 
-/// The OS error code of `e`, or of the I/O error it wraps (one given a path in its text, say).
-pub fn os_error_within(e: &io::Error) -> Option<i32> {
-    let mut current: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(error) = current {
-        if let Some(code) = error
-            .downcast_ref::<io::Error>()
-            .and_then(io::Error::raw_os_error)
-        {
-            return Some(code);
-        }
-        current = match error.downcast_ref::<io::Error>() {
-            Some(io) => io
-                .get_ref()
-                .map(|inner| inner as &(dyn std::error::Error + 'static)),
-            None => error.source(),
+/// The I/O errors in `e`'s chain of causes, outermost first. An I/O error that wraps an error
+/// of its own (a path put in its text, a client library's layer) is followed into that error:
+/// its `source` would skip it.
+pub fn io_errors<'e>(e: &'e (dyn std::error::Error + 'static)) -> Vec<&'e io::Error> {
+    let mut found = Vec::new();
+    let mut at = Some(e);
+    while let Some(current) = at {
+        at = match current.downcast_ref::<io::Error>() {
+            Some(io) => {
+                found.push(io);
+                io.get_ref()
+                    .map(|inner| inner as &(dyn std::error::Error + 'static))
+            }
+            None => current.source(),
         };
     }
-    None
+    found
+}
+
+/// The OS error code of `e`, or of an I/O error it wraps (one given a path in its text, say).
+pub fn os_error_within(e: &io::Error) -> Option<i32> {
+    io_errors(e).into_iter().find_map(io::Error::raw_os_error)
 }
 
 /// An I/O error as a fragment.
@@ -140,17 +144,10 @@ pub fn io(e: &io::Error) -> String {
 /// wrap the system's reason in layers of their own ("dispatch failure: io error: client error
 /// (Connect): tcp connect error: ...") that say nothing more to a user.
 pub fn io_cause(e: &(dyn std::error::Error + 'static)) -> Option<String> {
-    let mut found = None;
-    let mut at = Some(e);
-    while let Some(current) = at {
-        if let Some(io) = current.downcast_ref::<io::Error>()
-            && io.raw_os_error().is_some()
-        {
-            found = Some(io);
-        }
-        at = current.source();
-    }
-    found.map(self::io)
+    io_errors(e)
+        .into_iter()
+        .rfind(|io| io.raw_os_error().is_some())
+        .map(self::io)
 }
 
 /// A duration as people write it (`1s 500ms`), rounded to the millisecond.

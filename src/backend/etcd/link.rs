@@ -317,48 +317,41 @@ fn is_lease_gone(e: &etcd_client::Error) -> bool {
     }
 }
 
-/// The innermost cause of `e` that says something.
 /// A word on TLS when the connection ended the way a mismatch ends it: a TLS member hangs up on a
 /// plain client (a reset, or a broken pipe if the client was still writing), and a plain member
 /// closes on, or resets, a TLS handshake it cannot read.
 fn tls_mismatch_hint(e: &etcd_client::Error, tls: bool) -> Option<&'static str> {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = match e {
+    let kind = crate::messages::io_errors(cause_of(e)?).first()?.kind();
+    match (tls, kind) {
+        (false, std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe) => {
+            Some("if the server expects TLS, add ?cacert=FILE to the URL")
+        }
+        (true, std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset) => {
+            Some("the server may not speak TLS: a URL without ?cacert= connects without it")
+        }
+        _ => None,
+    }
+}
+
+/// Where `e`'s chain of causes begins: the client's error does not name its cause as a source.
+fn cause_of(e: &etcd_client::Error) -> Option<&(dyn std::error::Error + 'static)> {
+    match e {
         etcd_client::Error::GRpcStatus(status) => std::error::Error::source(status),
         etcd_client::Error::TransportError(t) => std::error::Error::source(t),
         etcd_client::Error::IoError(io) => Some(io),
         _ => None,
-    };
-    while let Some(error) = source {
-        if let Some(io) = error.downcast_ref::<std::io::Error>() {
-            return match (tls, io.kind()) {
-                (false, std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe) => {
-                    Some("if the server expects TLS, add ?cacert=FILE to the URL")
-                }
-                (true, std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset) => {
-                    Some("the server may not speak TLS: a URL without ?cacert= connects without it")
-                }
-                _ => None,
-            };
-        }
-        source = error.source();
     }
-    None
 }
 
+/// The innermost cause of `e` that says something.
 fn innermost(e: &etcd_client::Error) -> String {
-    let (top, mut source): (String, Option<&(dyn std::error::Error + 'static)>) = match e {
-        etcd_client::Error::GRpcStatus(status) => (
-            status.message().to_owned(),
-            std::error::Error::source(status),
-        ),
-        etcd_client::Error::TransportError(t) => (t.to_string(), std::error::Error::source(t)),
-        etcd_client::Error::IoError(io) => (io.to_string(), None),
-        etcd_client::Error::LeaseKeepAliveError(m) | etcd_client::Error::WatchError(m) => {
-            (m.clone(), None)
-        }
-        other => (other.to_string(), None),
+    let mut text = match e {
+        etcd_client::Error::GRpcStatus(status) => status.message().to_owned(),
+        etcd_client::Error::TransportError(t) => t.to_string(),
+        etcd_client::Error::LeaseKeepAliveError(m) | etcd_client::Error::WatchError(m) => m.clone(),
+        other => other.to_string(),
     };
-    let mut text = top;
+    let mut source = cause_of(e);
     while let Some(inner) = source {
         let shown = inner.to_string();
         if !shown.is_empty() {
