@@ -18,8 +18,10 @@ pub fn main() -> u8 {
             crate::error!("cannot start the runtime: {}", runtime_refusal());
         } else {
             // One line, as every message: the location and the message are two in std's form.
-            let text = messages::fragment(&info.to_string(), &[]);
-            crate::stderr_sink::write_line(format!("lockrun: internal error: {text}\n").as_bytes());
+            crate::error!(
+                "internal error: {}",
+                messages::fragment(&info.to_string(), &[])
+            );
         }
         crate::stderr_sink::flush(crate::stderr_sink::EXIT_FLUSH);
         std::process::exit(exit::INTERNAL.into());
