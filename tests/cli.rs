@@ -44,6 +44,12 @@ const BAD_OPTIONS: &[(&[&str], &str)] = &[
     (&["--backend", "file://relative/dir"], "absolute"),
     (&["--backend", "file:///"], "the root directory"),
     (&["--backend", "file:////"], "the root directory"),
+    (
+        &["--backend", "file:///tmp/d?x=1"],
+        "file:// takes no options",
+    ),
+    (&["--backend", "file:///tmp/d#top"], "unexpected \"#top\""),
+    (&["--backend", "file:///tmp/a%00b"], "NUL byte"),
     (&["--backend", "etcd://host"], "host:port"),
     (&["--backend", "not a url"], "backend"),
     (

@@ -57,6 +57,27 @@ fn names_stay_inside_the_state_directory() {
     assert_eq!(mode & 0o777, 0o700, "the state directory is private");
 }
 
+/// `file:///DIR` is a URL: `%20` in it is a space, `%25` a percent sign, and the drill's holders,
+/// which get the URL from lockrun, lock in the same directory.
+#[test]
+fn a_percent_encoded_directory_is_the_decoded_one() {
+    let scratch = Scene::file();
+    let decoded = scratch.path("a b%");
+    let env = Scene::new(format!("file://{}/a%20b%25", scratch.dir().display()));
+    assert_eq!(code(&env.run(["--name", "x", "--", "true"])), 0);
+    assert!(
+        decoded.join("x.lock").exists(),
+        "no lock file in {decoded:?}"
+    );
+    let out = env.run(["drill", "--ttl", "300ms"]);
+    assert_eq!(code(&out), 0, "{}{}", text(&out.stdout), text(&out.stderr));
+    let entries: Vec<_> = std::fs::read_dir(scratch.dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(entries, ["a b%"], "only the decoded directory was made");
+}
+
 #[test]
 fn a_state_directory_that_is_a_file_is_refused_saying_so() {
     let env = Scene::file();
