@@ -191,14 +191,58 @@ fn options_can_come_from_the_environment() {
     );
     assert_eq!(code(&out), 0, "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "from-env 1 3000\n");
-    // A bad value from the environment is judged like a flag.
+    // A bad value from the environment is judged like a flag, and the message names the
+    // variable: the crontab line that set it has no such flag on it.
+    for (variable, value, says) in [
+        ("LOCKRUN_LIMIT", "0", "invalid --limit"),
+        ("LOCKRUN_TTL", "15", "invalid --ttl"),
+        ("LOCKRUN_TTL", " ", "invalid --ttl"),
+        ("LOCKRUN_RENEW", "1h", "invalid --renew"),
+        ("LOCKRUN_KILL_AFTER", "1h", "invalid --kill-after"),
+        ("LOCKRUN_WAIT", "soon", "invalid --wait"),
+        ("LOCKRUN_TIMEOUT", "0", "invalid --timeout"),
+        ("LOCKRUN_MIN_INTERVAL", "daily", "invalid --min-interval"),
+        ("LOCKRUN_PROGRESS", "1ms", "invalid --progress"),
+        ("LOCKRUN_TOKEN_ENV", "9LIVES", "invalid --token-env"),
+        ("LOCKRUN_BACKEND", "ftp://h/x", "invalid backend"),
+        (
+            "LOCKRUN_BACKEND_FILE",
+            "/nonexistent/url",
+            "cannot read --backend-file",
+        ),
+    ] {
+        let mut cmd = lockrun();
+        if !variable.starts_with("LOCKRUN_BACKEND") {
+            cmd.env("LOCKRUN_BACKEND", env.url());
+        }
+        let out = output(cmd.env(variable, value).args(["--name", "x", "--", "true"]));
+        let said = assert_one_line(&out, 64, says);
+        assert!(said.ends_with(&format!("(set by {variable})\n")), "{said}");
+    }
+    let out = output(lockrun().env("LOCKRUN_NAME", "/x").args(["--", "true"]));
+    assert_one_line(&out, 64, "(set by LOCKRUN_NAME)");
     let out = output(
         lockrun()
-            .env("LOCKRUN_BACKEND", env.url())
-            .env("LOCKRUN_LIMIT", "0")
+            .env("LOCKRUN_SHARED", "1")
+            .env("LOCKRUN_LIMIT", "2")
             .args(["--name", "x", "--", "true"]),
     );
-    assert_eq!(code(&out), 64);
+    assert_one_line(&out, 64, "(set by LOCKRUN_SHARED and LOCKRUN_LIMIT)");
+    // The same value typed on the command line is the flag's, whatever the environment holds.
+    let out = env.run(["--name", "x", "--ttl", "15", "--", "true"]);
+    let said = assert_one_line(&out, 64, "invalid --ttl");
+    assert!(!said.contains("set by"), "{said}");
+    // An overridden variable is not blamed for the value that replaced it.
+    let out = output(lockrun().env("LOCKRUN_BACKEND", "ftp://h/x").args([
+        "--backend-file",
+        "/nonexistent/url",
+        "--name",
+        "x",
+        "--",
+        "true",
+    ]));
+    let said = assert_one_line(&out, 64, "cannot read --backend-file");
+    assert!(!said.contains("set by"), "{said}");
     // One that clap refuses names the variable it came from, which the user may not see.
     let out = output(
         lockrun()

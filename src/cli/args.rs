@@ -105,6 +105,11 @@ pub struct Cli {
     /// Print more: acquisition, token, renewals (repeat for more).
     #[arg(short, long, env = "LOCKRUN_VERBOSE", global = true, action = ArgAction::Count)]
     pub verbose: u8,
+
+    /// The options whose value came from their `LOCKRUN_*` variable, as (`--flag`, variable):
+    /// filled by [`super::parse`], so that a message about a bad value names where it was set.
+    #[arg(skip)]
+    pub from_variables: Vec<(String, String)>,
 }
 
 /// Options of the run form: `lockrun [OPTIONS] --name NAME -- COMMAND [ARG]...`.

@@ -46,12 +46,15 @@ pub fn parse(args: Vec<OsString>) -> Result<Parsed, Error> {
             // them all (about 80 allocations a run).
             let typed = typed_exclusive_flags(&matches);
             let misplaced = run_option_before_subcommand(&matches);
-            Ok((Cli::from_arg_matches_mut(&mut matches)?, typed, misplaced))
+            let from_variables = taken_from_variables(&matches);
+            let cli = Cli::from_arg_matches_mut(&mut matches)?;
+            Ok((cli, typed, misplaced, from_variables))
         });
-    let (mut cli, typed, misplaced) = match parsed {
+    let (mut cli, typed, misplaced, from_variables) = match parsed {
         Ok(parsed) => parsed,
         Err(e) => return clap_error(&e, &args),
     };
+    cli.from_variables = from_variables;
     if let Some((flag, subcommand)) = misplaced {
         return Err(Error::usage(format!(
             "{flag} is an option of a run, and {subcommand} here would be the lockrun subcommand: \
@@ -204,6 +207,35 @@ fn typed_exclusive_flags(matches: &ArgMatches) -> Vec<&'static str> {
         .collect()
 }
 
+/// The options whose value came from their `LOCKRUN_*` variable, as (`--flag`, variable), the
+/// subcommand's included (a global `--backend` is seen there too).
+fn taken_from_variables(matches: &ArgMatches) -> Vec<(String, String)> {
+    let mut taken: Vec<(String, String)> = Vec::new();
+    let subcommand = matches.subcommand().map(|(_, sub)| sub);
+    for matches in std::iter::once(matches).chain(subcommand) {
+        for id in matches.ids() {
+            if matches.value_source(id.as_str()) != Some(ValueSource::EnvVariable) {
+                continue;
+            }
+            let pair = (flag_of(id.as_str()), variable_of(id.as_str()));
+            if !taken.contains(&pair) {
+                taken.push(pair);
+            }
+        }
+    }
+    taken
+}
+
+/// The flag of a clap id: `no_wait` is `--no-wait`.
+fn flag_of(id: &str) -> String {
+    format!("--{}", id.replace('_', "-"))
+}
+
+/// The variable of a clap id: `no_wait` is `LOCKRUN_NO_WAIT`.
+fn variable_of(id: &str) -> String {
+    format!("LOCKRUN_{}", id.to_ascii_uppercase())
+}
+
 /// A run option typed on the command line before a subcommand, and that subcommand:
 /// `lockrun --name x list` is a command named `list` whose `--` was left out, never the `list`
 /// subcommand with the run's options dropped (`--name nightly drill` would drill instead).
@@ -227,12 +259,26 @@ fn settle_overrides(cli: &mut Cli, typed_flags: &[&str]) -> Result<(), Error> {
         if !(a_set(cli) && b_set(cli)) {
             continue;
         }
+        let forget = |cli: &mut Cli, flag: &str| cli.from_variables.retain(|(f, _)| f != flag);
         match (typed(a_flag), typed(b_flag)) {
-            (true, false) => b_clear(cli),
-            (false, true) => a_clear(cli),
-            _ => {
+            (true, false) => {
+                b_clear(cli);
+                forget(cli, b_flag);
+            }
+            (false, true) => {
+                a_clear(cli);
+                forget(cli, a_flag);
+            }
+            (true, true) => {
                 return Err(Error::usage(format!(
                     "{a_flag} cannot be used with {b_flag}{why}"
+                )));
+            }
+            (false, false) => {
+                return Err(Error::usage(format!(
+                    "{a_flag} cannot be used with {b_flag}{why} (set by {} and {})",
+                    variable_of(&id_of(a_flag)),
+                    variable_of(&id_of(b_flag))
                 )));
             }
         }
@@ -468,6 +514,20 @@ mod tests {
         }
         for word in ["deploy", "backup", "nightly", "x", "ls", "test"] {
             assert_eq!(subcommand_like(word), None, "{word}");
+        }
+    }
+
+    /// [`flag_of`] and [`variable_of`] give every option with a variable its own flag and
+    /// variable.
+    #[test]
+    fn every_variable_is_named_after_its_option() {
+        for arg in Cli::command().get_arguments() {
+            let Some(variable) = arg.get_env() else {
+                continue;
+            };
+            let id = arg.get_id().as_str();
+            assert_eq!(arg.get_long().map(|l| format!("--{l}")), Some(flag_of(id)));
+            assert_eq!(variable.to_str(), Some(variable_of(id).as_str()));
         }
     }
 

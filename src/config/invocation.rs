@@ -68,8 +68,17 @@ pub struct RunConfig {
 }
 
 impl Invocation {
-    /// Validates everything the command line says.
-    pub fn resolve(cli: Cli) -> Result<Self, Error> {
+    /// Validates everything the command line says. A bad value that came from a `LOCKRUN_*`
+    /// variable is reported with the variable's name, as clap's own errors are.
+    pub fn resolve(mut cli: Cli) -> Result<Self, Error> {
+        let from_variables = std::mem::take(&mut cli.from_variables);
+        Self::resolve_values(cli).map_err(|e| match e {
+            Error::Usage(message) => Error::Usage(name_the_variable(message, &from_variables)),
+            other => other,
+        })
+    }
+
+    fn resolve_values(cli: Cli) -> Result<Self, Error> {
         let from_file = cli
             .backend_file
             .as_deref()
@@ -183,6 +192,28 @@ fn resolve_run(cli: Cli, backend: BackendSpec) -> Result<RunConfig, Error> {
         program,
         args: command.collect(),
     })
+}
+
+/// `message` with ` (set by VARIABLE)` added when the option it is about came from VARIABLE:
+/// `invalid --ttl "15": … (set by LOCKRUN_TTL)` tells a crontab's author where to look.
+fn name_the_variable(message: String, from_variables: &[(String, String)]) -> String {
+    let about = |flag: &str| -> bool {
+        let subjects: &[&str] = match flag {
+            "--backend" => &["invalid backend "],
+            "--backend-file" => &["cannot read --backend-file ", "--backend-file "],
+            "--name" => &["invalid lock name "],
+            _ => &[],
+        };
+        subjects.iter().any(|s| message.starts_with(s))
+            || message
+                .strip_prefix("invalid ")
+                .and_then(|rest| rest.strip_prefix(flag))
+                .is_some_and(|rest| rest.starts_with([' ', ':']))
+    };
+    match from_variables.iter().find(|(flag, _)| about(flag)) {
+        Some((_, variable)) => format!("{message} (set by {variable})"),
+        None => message,
+    }
 }
 
 /// `lockrun-drill/HOST-PID`: a name of the drill's own, which no real lock uses. Characters a
