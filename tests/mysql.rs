@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::support::asserts::assert_said;
+use crate::support::asserts::{assert_one_line, assert_said};
 use crate::support::backend_scenarios::{
     assert_a_brief_restart_is_ridden_through, assert_a_first_use_waits_for_a_slow_creator,
     assert_readers_share_and_a_waiting_writer_goes_first, run_six_first_uses_at_once,
@@ -488,4 +488,62 @@ fn a_progress_look_the_server_refuses_skips_its_line_and_the_wait_goes_on() {
     let out = waiter.wait(SOON);
     assert_eq!(code(&out), 0, "{}", text(&out.stderr));
     assert!(s.path("solo-ran").exists());
+}
+
+/// Guards against a run that takes the lock, runs its command, and only then finds it may not
+/// give the lock back (the first try takes a free name without the procedures): a user without
+/// `DELETE` or `EXECUTE` is refused before the command starts, and told what to grant; one without
+/// `CREATE ROUTINE` is told so on a first use, not just "access denied to database".
+#[test]
+fn a_user_missing_a_privilege_is_refused_before_the_command_runs() {
+    let server = MySqlServer::start();
+    // The tables and procedures exist, made by a user who may.
+    assert_eq!(
+        code(&Scene::new(server.url()).run(["--name", "warm", "--", "true"])),
+        0
+    );
+    for (user, grants, says) in [
+        (
+            "nodelete",
+            "SELECT, INSERT, UPDATE, EXECUTE",
+            "DELETE command denied",
+        ),
+        (
+            "noexec",
+            "SELECT, INSERT, UPDATE, DELETE",
+            "execute command denied",
+        ),
+    ] {
+        server.sql(&format!(
+            "CREATE USER '{user}'@'%' IDENTIFIED BY 'pw'; \
+             GRANT {grants} ON {DATABASE}.* TO '{user}'@'%'"
+        ));
+        let s = Scene::new(format!(
+            "mysql://{user}:pw@127.0.0.1:{}/{DATABASE}",
+            server.port()
+        ));
+        let out = s.run(["--name", "fresh", "--", "touch", "ran"]);
+        let said = assert_one_line(&out, 69, says);
+        assert!(
+            said.contains("needs SELECT, INSERT, UPDATE, DELETE and EXECUTE"),
+            "{said}"
+        );
+        assert!(!s.path("ran").exists(), "{user}: the command ran");
+        assert_eq!(
+            s.status("fresh")["held"],
+            false,
+            "{user} left the name held"
+        );
+    }
+    server.sql(&format!(
+        "CREATE USER 'noroutine'@'%' IDENTIFIED BY 'pw'; \
+         GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, EXECUTE ON {DATABASE}.* TO 'noroutine'@'%'"
+    ));
+    let s = Scene::new(format!(
+        "mysql://noroutine:pw@127.0.0.1:{}/{DATABASE}?lockrun_table_prefix=fresh_",
+        server.port()
+    ));
+    let said = assert_one_line(&s.run(["--name", "x", "--", "touch", "ran"]), 69, "denied");
+    assert!(said.contains("CREATE ROUTINE until"), "{said}");
+    assert!(!s.path("ran").exists());
 }

@@ -429,11 +429,22 @@ impl Link {
     }
 }
 
+/// `ER_DBACCESS_DENIED_ERROR` (creating a procedure without `CREATE ROUTINE` says this too),
+/// `ER_TABLEACCESS_DENIED_ERROR`, `ER_PROCACCESS_DENIED_ERROR`: a privilege lockrun needs is
+/// missing.
+const PRIVILEGE_MISSING: [u16; 3] = [1044, 1142, 1370];
+
 /// A server's error as a reason.
 fn server_reason(e: &ServerError) -> String {
     match e.code {
         0 => e.message.clone(),
         1045 => "access denied (check the user and password in the URL)".into(),
+        code if PRIVILEGE_MISSING.contains(&code) => format!(
+            "server error {code}: {} (lockrun's user needs SELECT, INSERT, UPDATE, DELETE and \
+             EXECUTE on the database, and CREATE and CREATE ROUTINE until lockrun's tables and \
+             procedures exist)",
+            e.message
+        ),
         code => format!("server error {code}: {}", e.message),
     }
 }
@@ -523,5 +534,11 @@ mod tests {
             state: "28000".into(),
         };
         assert!(server_reason(&denied).contains("check the user and password"));
+        let no_routine = ServerError {
+            code: 1044,
+            message: "Access denied for user 'u'@'%' to database 'jobs'".into(),
+            state: "42000".into(),
+        };
+        assert!(server_reason(&no_routine).contains("CREATE ROUTINE until"));
     }
 }
