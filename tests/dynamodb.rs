@@ -12,6 +12,7 @@ use crate::support::backend_scenarios::run_six_first_uses_at_once;
 use crate::support::dynalite_server::{Dynalite, TABLE};
 use crate::support::fixture::{Fixture, Reachable};
 use crate::support::holder::Holder;
+use crate::support::lockrun::output;
 use crate::support::proxy::Proxy;
 use crate::support::scene::Scene;
 use crate::support::wait::{SOON, code, numbers_in, text, value_in, wait_until};
@@ -145,6 +146,36 @@ fn the_table_is_created_on_first_use_unless_create_false() {
         "create=false with the table there: {}",
         text(&out.stderr)
     );
+}
+
+/// Guards against an AWS set-up mistake worded as an outage: with no credentials anywhere in the
+/// chain the run is refused (69) saying so, not "cannot reach", and a table of someone else's
+/// (another key) is named, not reported as the service's raw "key element does not match".
+/// Nothing runs either way.
+#[test]
+fn missing_credentials_and_a_foreign_table_are_named() {
+    let server = Dynalite::start();
+    let s = Scene::new(server.url());
+    let mut cmd = s.cmd(["--name", "x", "--", "touch", "ran"]);
+    cmd.env_remove("AWS_ACCESS_KEY_ID")
+        .env_remove("AWS_SECRET_ACCESS_KEY");
+    let said = assert_one_line(&output(&mut cmd), 69, "no AWS credentials");
+    assert!(!said.contains("cannot reach"), "{said}");
+    assert!(!s.path("ran").exists());
+
+    server.call(
+        "CreateTable",
+        &serde_json::json!({
+            "TableName": "orders",
+            "KeySchema": [{"AttributeName": "id", "KeyType": "HASH"}],
+            "AttributeDefinitions": [{"AttributeName": "id", "AttributeType": "S"}],
+            "BillingMode": "PAY_PER_REQUEST",
+        }),
+    );
+    let foreign = server.url().replacen(TABLE, "orders", 1);
+    assert!(foreign.contains("dynamodb://orders?"), "{foreign}");
+    let line = s.refuses(&foreign, "x", 69, "table orders is not lockrun's");
+    assert!(line.contains("string partition key named pk"), "{line}");
 }
 
 /// Guards against tokens that start over when the server restarts: they keep rising, the stored

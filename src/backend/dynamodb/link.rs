@@ -4,8 +4,8 @@
 //! deadline on every request, and the server's clock read from each response's `Date` header.
 //!
 //! Errors are sorted once here ([`Failure`]): a failed condition, a missing table (created on
-//! first use, see [`super::table`]), a refusal by the service, or no answer; messages name the
-//! endpoint and, for a refusal, the action the credentials lack.
+//! first use, see [`super::table`]), a refusal by the service, no credentials from the chain, or
+//! no answer; messages name the endpoint and, for a refusal, the action the credentials lack.
 
 use std::error::Error as StdError;
 use std::future::Future;
@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use aws_config::BehaviorVersion;
+use aws_credential_types::provider::error::CredentialsError;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::config::http::HttpResponse;
 use aws_sdk_dynamodb::config::interceptors::BeforeDeserializationInterceptorContextRef;
@@ -48,8 +49,12 @@ pub enum Failure {
     Condition,
     /// The table does not exist (yet).
     NoTable,
+    /// The table exists, with a key that is not lockrun's.
+    ForeignKey,
     /// The service refused; `code` is its error code.
     Refused { code: String, message: String },
+    /// The credential chain gave no credentials to sign with: nothing was sent.
+    NoCredentials(String),
     /// No answer: the endpoint cannot be reached, or did not answer in time.
     Unanswered(String),
 }
@@ -233,6 +238,13 @@ impl Link {
                 true => format!("the service refused: {code}"),
                 false => format!("the service refused: {code}: {message}"),
             }),
+            Failure::ForeignKey => self.failed(format!(
+                "table {} is not lockrun's: its key is not a single string partition key named \
+                 {} (name a table for lockrun alone; it creates one on first use)",
+                self.table,
+                super::item::KEY
+            )),
+            Failure::NoCredentials(reason) => self.failed(reason),
         }
     }
 
@@ -285,8 +297,18 @@ where
                 message: format!("the credentials lack {action} on this table ({message})"),
             };
         }
+        "ValidationException"
+            if message
+                .to_lowercase()
+                .contains("key element does not match") =>
+        {
+            return Failure::ForeignKey;
+        }
         "" => {}
         _ => return Failure::Refused { code, message },
+    }
+    if let Some(reason) = credentials_missing(&e) {
+        return Failure::NoCredentials(reason);
     }
     let text = fragment(&chain(&e), &[]);
     match e {
@@ -301,6 +323,28 @@ where
         },
         _ => Failure::Unanswered(text),
     }
+}
+
+/// Why the credential chain gave nothing to sign a request with, when that is why it failed.
+fn credentials_missing(e: &(dyn StdError + 'static)) -> Option<String> {
+    let mut next = Some(e);
+    while let Some(e) = next {
+        if let Some(found) = e.downcast_ref::<CredentialsError>() {
+            return Some(match found {
+                CredentialsError::CredentialsNotLoaded(_) => "no AWS credentials: none of the \
+                    standard chain's sources has any (AWS_ACCESS_KEY_ID and \
+                    AWS_SECRET_ACCESS_KEY, AWS_PROFILE or the default profile, SSO, a web \
+                    identity token, an ECS or EC2 role)"
+                    .to_owned(),
+                other => format!(
+                    "cannot get AWS credentials: {}",
+                    fragment(&chain(other), &[])
+                ),
+            });
+        }
+        next = e.source();
+    }
+    None
 }
 
 /// An error and its causes, `: `-separated, each said once.
