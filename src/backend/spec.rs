@@ -205,17 +205,39 @@ pub fn has_secret(raw: &str) -> bool {
 /// The per-user state directory: `/var/lib/lockrun` for root, else `$XDG_STATE_HOME/lockrun` or
 /// `~/.local/state/lockrun`.
 pub fn default_state_dir() -> Result<PathBuf, String> {
-    if nix::unistd::geteuid().is_root() {
+    state_dir_for(
+        nix::unistd::geteuid().is_root(),
+        std::env::var_os("XDG_STATE_HOME"),
+        std::env::var_os("HOME"),
+    )
+}
+
+/// [`default_state_dir`] for a user (root or not) with these variables. A relative
+/// `XDG_STATE_HOME` is ignored, as the XDG rules say; a relative `HOME` is named, since no
+/// directory can be made from it.
+fn state_dir_for(
+    root: bool,
+    xdg_state_home: Option<std::ffi::OsString>,
+    home: Option<std::ffi::OsString>,
+) -> Result<PathBuf, String> {
+    if root {
         return Ok(PathBuf::from("/var/lib/lockrun"));
     }
     let absolute = |v: std::ffi::OsString| Some(PathBuf::from(v)).filter(|p| p.is_absolute());
-    if let Some(state) = std::env::var_os("XDG_STATE_HOME").and_then(absolute) {
+    if let Some(state) = xdg_state_home.and_then(absolute) {
         return Ok(state.join("lockrun"));
     }
-    if let Some(home) = std::env::var_os("HOME").and_then(absolute) {
-        return Ok(Path::new(&home).join(".local/state/lockrun"));
+    match home.filter(|home| !home.is_empty()).map(PathBuf::from) {
+        Some(home) if home.is_absolute() => Ok(home.join(".local/state/lockrun")),
+        Some(home) => Err(format!(
+            "no state directory: HOME is {:?}, not an absolute path; set it to your home \
+             directory, or pass --backend file:///DIR",
+            home.display()
+        )),
+        None => Err(
+            "no state directory: set HOME or XDG_STATE_HOME, or pass --backend file:///DIR".into(),
+        ),
     }
-    Err("no state directory: set HOME or XDG_STATE_HOME, or pass --backend file:///DIR".into())
 }
 
 /// `raw` as an absolute directory given without `file://` (or with `file:` and one slash), when
@@ -230,6 +252,32 @@ fn bare_directory(raw: &str) -> Option<&str> {
 mod tests {
     use super::*;
     use crate::backend::url::refused_without_password;
+
+    #[test]
+    fn the_state_directory_follows_the_user_and_says_what_is_missing() {
+        let os = |s: &str| Some(std::ffi::OsString::from(s));
+        assert_eq!(
+            state_dir_for(true, os("/x"), os("/h")),
+            Ok(PathBuf::from("/var/lib/lockrun"))
+        );
+        assert_eq!(
+            state_dir_for(false, os("/x"), os("/h")),
+            Ok(PathBuf::from("/x/lockrun"))
+        );
+        assert_eq!(
+            state_dir_for(false, os("rel"), os("/h")),
+            Ok(PathBuf::from("/h/.local/state/lockrun"))
+        );
+        let err = state_dir_for(false, None, os("rel")).unwrap_err();
+        assert!(
+            err.contains("HOME is \"rel\", not an absolute path"),
+            "{err}"
+        );
+        for home in [None, os("")] {
+            let err = state_dir_for(false, os("rel"), home).unwrap_err();
+            assert!(err.contains("set HOME or XDG_STATE_HOME"), "{err}");
+        }
+    }
 
     #[test]
     fn a_file_option_names_its_problem() {
