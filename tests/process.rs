@@ -176,25 +176,61 @@ fn a_reader_that_went_away_does_not_kill_lockrun() {
 /// stopped and the lock freed at once, as they would be with a stderr that reads.
 #[test]
 fn a_stderr_nobody_reads_never_holds_up_stopping_the_command() {
-    let env = Scene::file();
     let (reader, writer) = nix::unistd::pipe().unwrap();
     // The smallest pipe, full: every write to it would block.
     nix::fcntl::fcntl(&writer, nix::fcntl::FcntlArg::F_SETPIPE_SZ(4096)).unwrap();
-    nix::fcntl::fcntl(
-        &writer,
-        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
-    )
-    .unwrap();
-    while nix::unistd::write(&writer, &[b'x'; 512]).is_ok() {}
-    nix::fcntl::fcntl(
-        &writer,
-        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::empty()),
-    )
-    .unwrap();
+    fill(&writer);
+    stops_on_time_despite(writer);
+    drop(reader);
+}
+
+/// The same with stderr a Unix socket nobody reads, as under systemd (the journal's stream): a
+/// socket is written to in its own way (without blocking, though it is shared with the
+/// command), and a full one must not hold lockrun up either.
+#[test]
+fn a_stderr_socket_nobody_reads_never_holds_up_stopping_the_command() {
+    let (reader, writer) = std::os::unix::net::UnixStream::pair().unwrap();
+    let writer = std::os::fd::OwnedFd::from(writer);
+    fill(&writer);
+    stops_on_time_despite(writer);
+    drop(reader);
+}
+
+/// Under systemd lockrun's messages reach the journal through a socket: they arrive whole.
+#[test]
+fn messages_reach_a_stderr_that_is_a_socket() {
+    let env = Scene::file();
+    let (mut reader, writer) = std::os::unix::net::UnixStream::pair().unwrap();
+    let status = env
+        .cmd(["-v", "--name", "journal", "--", "true"])
+        .stderr(std::process::Stdio::from(std::os::fd::OwnedFd::from(
+            writer,
+        )))
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+    let mut said = String::new();
+    std::io::Read::read_to_string(&mut reader, &mut said).unwrap();
+    assert!(said.contains("lockrun: acquired journal"), "{said}");
+    assert!(said.ends_with("lockrun: released\n"), "{said}");
+}
+
+/// Fills `writer` (a pipe or a socket) until a write would block, and leaves it blocking.
+fn fill(writer: &std::os::fd::OwnedFd) {
+    use nix::fcntl::{FcntlArg, OFlag, fcntl};
+    fcntl(writer, FcntlArg::F_SETFL(OFlag::O_NONBLOCK)).unwrap();
+    while nix::unistd::write(writer, &[b'x'; 512]).is_ok() {}
+    fcntl(writer, FcntlArg::F_SETFL(OFlag::empty())).unwrap();
+}
+
+/// A run with `stderr` (full, never read) as its stderr and a `--timeout`: the command is stopped
+/// on time, the name freed at once, and lockrun exits 124 after giving stderr a while.
+fn stops_on_time_despite(stderr: std::os::fd::OwnedFd) {
+    let env = Scene::file();
     let mut run = KilledOnDrop(
         env.cmd(["--name", "deaf", "--timeout", "300ms", "--", "sh", "-c"])
             .arg("echo $$ > pid; exec sleep 30")
-            .stderr(std::process::Stdio::from(writer))
+            .stderr(std::process::Stdio::from(stderr))
             .spawn()
             .unwrap(),
     );
@@ -210,13 +246,12 @@ fn a_stderr_nobody_reads_never_holds_up_stopping_the_command() {
         code(&env.run(["--name", "deaf", "-n", "--", "true"])) == 0
     });
     assert!(free, "the name stayed held while stderr was full");
-    // lockrun gives the full pipe a while to take its messages, then exits with 124.
+    // lockrun gives the full stderr a while to take its messages, then exits with 124.
     let exited = wait_until(Duration::from_secs(10), || {
         run.0.try_wait().unwrap().is_some()
     });
     assert!(exited, "lockrun never exited with its stderr full");
     assert_eq!(run.0.wait().unwrap().code(), Some(124));
-    drop(reader);
 }
 
 /// A lockrun that a failing test must not leave behind (blocked on a full stderr, it would keep
