@@ -40,6 +40,7 @@ macro_rules! conformance {
             failures::forced_release_stops_every_holder_at_once,
             failures::a_command_ending_right_after_a_forced_release_is_a_lost_lease,
             inspection::status_and_list_show_the_contract_shape,
+            inspection::the_longest_name_works_end_to_end,
             inspection::passwords_never_leak,
             inspection::unreachable_backend_exits_69_naming_it,
             inspection::silent_server_at_startup_exits_69,

@@ -118,6 +118,62 @@ pub fn status_and_list_show_the_contract_shape<F: Fixture>() {
     assert!(text(&s.run(["status", "ci/deploy"]).stdout).contains("free"));
 }
 
+/// The longest name the contract allows: 200 bytes, in nested segments, with every character a
+/// name may hold.
+fn longest_name() -> String {
+    let mut alphabet = "AZaz09._:-".chars().cycle();
+    let mut segment = |len: usize| -> String { (&mut alphabet).take(len).collect() };
+    let name = [
+        segment(40),
+        segment(40),
+        segment(40),
+        segment(40),
+        segment(36),
+    ]
+    .join("/");
+    assert_eq!(name.len(), 200);
+    name
+}
+
+/// Guards against a backend whose keys, rows, paths, files or channels cannot take the longest
+/// name the contract allows: two holders of it under `--limit 2`, `status` and `list` (by a
+/// prefix) naming it exactly, and a `--min-interval` waiter that the first release wakes.
+pub fn the_longest_name_works_end_to_end<F: Fixture>() {
+    let fx = F::start();
+    let s = Scene::new(fx.url());
+    let name = longest_name();
+    let limit = ["--ttl", F::TTL, "--limit", "2"];
+    let mut first = s.hold(&name, "first", &limit);
+    let mut second = s.hold(&name, "second", &limit);
+    let status = s.wait_held(&name, 2);
+    assert_eq!(status["name"], name.as_str(), "{status}");
+    assert_eq!(status["limit"], 2, "{status}");
+    let mut slots: Vec<u64> = status["holders"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|h| h["slot"].as_u64())
+        .collect();
+    slots.sort_unstable();
+    assert_eq!(slots, [0, 1], "{status}");
+    let list = s.list(&[&name[..120]]);
+    assert_eq!(list.as_array().map(Vec::len), Some(1), "{list}");
+    assert_eq!(list[0]["name"], name.as_str(), "{list}");
+
+    let mut waiter = s.waiter(
+        &name,
+        &["--ttl", F::TTL, "--limit", "2", "--min-interval", "1ms"],
+        "echo ran > waiter.ran",
+    );
+    s.wait_waiters(&name, 1);
+    assert_eq!(code(&first.finish()), 0);
+    let out = waiter.wait(SOON);
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    assert!(s.path("waiter.ran").exists());
+    assert_eq!(code(&second.finish()), 0);
+    assert_eq!(s.status(&name)["held"], false);
+}
+
 /// Guards against a password reaching a message (`-v` included), `status` or `list` output, or
 /// the child's environment, however lockrun was given it (invariant 7). Backends without
 /// passwords refuse credentials in their URL without echoing them.
