@@ -40,6 +40,7 @@ const BAD_OPTIONS: &[(&[&str], &str)] = &[
     (&["--busy-exit-code", "256"], "--busy-exit-code"),
     (&["--token-env", "9LIVES"], "--token-env"),
     (&["--token-env", "A=B"], "--token-env"),
+    (&["--token-env", "PATH"], "the command needs PATH"),
     (&["--backend", "ftp://host/x"], "scheme"),
     (&["--backend", "file://relative/dir"], "absolute"),
     (&["--backend", "file:///"], "the root directory"),

@@ -167,8 +167,9 @@ pub struct RunArgs {
     #[arg(short, long, env = "LOCKRUN_SHARED", value_parser = BoolishValueParser::new())]
     pub shared: bool,
 
-    /// Environment variable that carries the fencing token to the command (not a LOCKRUN_* name:
-    /// lockrun sets those itself).
+    /// Environment variable that carries the fencing token to the command (not a LOCKRUN_* name,
+    /// which lockrun sets itself, nor one the command needs: PATH, HOME, SHELL, IFS, PWD, TMPDIR,
+    /// LD_*).
     #[arg(
         long,
         env = "LOCKRUN_TOKEN_ENV",

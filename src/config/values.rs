@@ -108,8 +108,18 @@ pub fn token_env(var: &str) -> Result<(), Error> {
             "invalid --token-env {var:?}: lockrun sets the LOCKRUN_* variables itself; pick another name"
         )));
     }
+    if BELONGS_TO_THE_COMMAND.contains(&var) || var.starts_with("LD_") {
+        return Err(Error::usage(format!(
+            "invalid --token-env {var:?}: the command needs {var} for itself (a token there \
+             would replace it); pick a name of your own, such as FENCING_TOKEN"
+        )));
+    }
     Ok(())
 }
+
+/// Variables whose replacement by a number would break the command's own running (finding
+/// programs, its home, its shell, how the dynamic loader starts it): never a `--token-env`.
+const BELONGS_TO_THE_COMMAND: [&str; 6] = ["PATH", "HOME", "SHELL", "IFS", "PWD", "TMPDIR"];
 
 #[cfg(test)]
 mod tests {
@@ -168,6 +178,14 @@ mod tests {
         assert!(token_env("FENCE_2").is_ok());
         for bad in ["", "2X", "A-B", "A B", "A=B", "LOCKRUN_TTL_MS", "LOCKRUN_X"] {
             assert!(token_env(bad).is_err(), "{bad}");
+        }
+        for taken in ["PATH", "HOME", "LD_PRELOAD", "LD_LIBRARY_PATH"] {
+            let err = token_env(taken).unwrap_err().to_string();
+            assert!(err.contains("the command needs"), "{taken}: {err}");
+        }
+        // Only those names: one that merely contains them is the user's own.
+        for own in ["MY_PATH", "PATHS", "HOME_TOKEN", "OLD_TOKEN"] {
+            assert!(token_env(own).is_ok(), "{own}");
         }
     }
 }
