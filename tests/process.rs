@@ -215,6 +215,61 @@ fn messages_reach_a_stderr_that_is_a_socket() {
     assert!(said.ends_with("lockrun: released\n"), "{said}");
 }
 
+/// Guards the backlog of a stderr nobody reads: past 64 KiB, messages are dropped rather than
+/// kept without bound, and once the reader is back it gets what was kept, whole lines only, then
+/// one line saying how many were dropped, then the run's last message.
+#[test]
+fn messages_past_the_backlog_are_dropped_and_counted() {
+    let env = Scene::file();
+    let note = "n".repeat(1000);
+    let mut holder = env.hold("talky", "h", &["--note", &note]);
+    let (reader, writer) = std::os::unix::net::UnixStream::pair().unwrap();
+    let writer = std::os::fd::OwnedFd::from(writer);
+    fill(&writer);
+    // About 10 KiB of progress lines a second (each names the holder's note): the backlog is
+    // full after some 7 s of a 10 s wait.
+    let mut waiter = KilledOnDrop(
+        env.cmd(["--name", "talky", "--progress", "100ms", "--wait", "10s"])
+            .args(["--", "true"])
+            .stderr(std::process::Stdio::from(writer))
+            .spawn()
+            .unwrap(),
+    );
+    std::thread::sleep(Duration::from_millis(9500));
+    let drained = std::thread::spawn(move || {
+        let mut all = Vec::new();
+        std::io::Read::read_to_end(&mut &reader, &mut all).unwrap();
+        all
+    });
+    assert_eq!(waiter.0.wait().unwrap().code(), Some(75));
+    let all = drained.join().unwrap();
+    assert_eq!(code(&holder.finish()), 0);
+    let said = String::from_utf8_lossy(&all);
+    // What `fill` wrote comes first, then lockrun's lines.
+    let said = said.trim_start_matches('x');
+    assert!(said.ends_with('\n'), "a cut line at the end");
+    let lines: Vec<&str> = said.lines().collect();
+    assert!(
+        lines.iter().all(|l| l.starts_with("lockrun: ")),
+        "a cut line: {:?}",
+        lines.iter().find(|l| !l.starts_with("lockrun: "))
+    );
+    let dropped = lines
+        .iter()
+        .position(|l| l.contains("message(s) dropped: stderr was not being read"))
+        .unwrap_or_else(|| panic!("no count of dropped messages in {} lines", lines.len()));
+    let kept: usize = lines[..dropped].iter().map(|l| l.len() + 1).sum();
+    assert!(kept <= 64 * 1024, "{kept} bytes kept back");
+    assert!(
+        lines
+            .last()
+            .unwrap()
+            .contains("talky is busy after waiting 10s"),
+        "{:?}",
+        lines.last()
+    );
+}
+
 /// Fills `writer` (a pipe or a socket) until a write would block, and leaves it blocking.
 fn fill(writer: &std::os::fd::OwnedFd) {
     use nix::fcntl::{FcntlArg, OFlag, fcntl};
