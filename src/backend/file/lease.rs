@@ -228,6 +228,12 @@ impl Lease for FileLease {
     /// Drops what waited for the command's start, blanks the record, lets go of the lock, then
     /// closes the read-write descriptor, which wakes the waiters. A lock file removed or replaced
     /// since the last look makes the release find the lease already gone.
+    ///
+    /// The lock is let go explicitly (`LOCK_UN`), not by closing its descriptor: the watchdog,
+    /// forked after the lock was taken, holds copies of lockrun's descriptors until it first
+    /// runs and closes them, and a `flock` lasts while any copy is open. Closing alone left the
+    /// name held after lockrun had exited whenever a loaded machine had not run the watchdog yet
+    /// (a `--no-wait` run right after found it busy).
     async fn release(self: Box<Self>) -> Result<Released, BackendError> {
         let still_ours = matches!(self.dir.file_id(&self.lock_name), Ok(Some(id)) if id == self.id);
         let FileLease {
@@ -244,10 +250,13 @@ impl Lease for FileLease {
             RecordFile::InLockFile(len) => blank(&bell, len),
             RecordFile::Own { dir, name, file } => {
                 let removed = dir.remove(&name);
+                let _ = file.unlock();
                 drop(file);
                 removed
             }
         };
+        // Fails only for a descriptor that is not open, which this one is.
+        let _ = lock.unlock();
         drop(lock);
         drop(bell);
         // A kernel lock is held until it is let go: it was this run's to the end, unless its file
@@ -300,6 +309,37 @@ mod tests {
         let next = record(Some("second, and longer than the first"));
         assert!(next.write(&file).unwrap() > len);
         assert_eq!(HolderRecord::read(&file), Some(next));
+    }
+
+    /// A copy of the lock's descriptor left in another process (the watchdog, forked after the
+    /// lock was taken, before it closes what it inherited; a `dup` shares the lock the same way)
+    /// does not keep the name held once the lease is released.
+    #[tokio::test]
+    async fn a_released_lock_is_free_while_a_copy_of_its_descriptor_is_still_open() {
+        let (_tmp, dir) = StateDir::temporary();
+        let lock = dir.open_read("n.lock").unwrap();
+        lock.try_lock().unwrap();
+        let copy = lock.try_clone().unwrap();
+        let grant = Grant {
+            token: 7,
+            slot: 0,
+            ttl: None,
+            sent_at: crate::clock::BootInstant::now(),
+        };
+        let dir = Arc::new(dir);
+        let lease = FileLease::new(
+            Arc::clone(&dir),
+            "n.lock".into(),
+            lock,
+            RecordPlace::LockFile,
+            grant,
+            &record(None),
+        )
+        .unwrap();
+        assert_eq!(Box::new(lease).release().await.unwrap(), Released::Given);
+        let next = dir.open_read("n.lock").unwrap();
+        assert!(next.try_lock().is_ok(), "the copy kept the lock");
+        drop(copy);
     }
 
     #[test]
