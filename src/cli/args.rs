@@ -214,7 +214,7 @@ pub struct RunArgs {
 
     /// Free text stored with the holder and shown by `status` and to waiters (a CI job URL, a
     /// ticket); longer than 1024 bytes it is cut, with a warning. Default: the job's URL when run
-    /// in GitHub Actions, GitLab CI, Buildkite, Jenkins or CircleCI.
+    /// in GitHub Actions, GitLab CI, Buildkite, Jenkins or CircleCI (--note "" for none).
     #[arg(long, env = "LOCKRUN_NOTE", value_name = "TEXT", free_text())]
     pub note: Option<OsString>,
 

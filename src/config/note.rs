@@ -56,10 +56,11 @@ const CI_SYSTEMS: [(&str, JobUrl); 5] = [
     ("CircleCI", JobUrl::Variable("CIRCLE_BUILD_URL")),
 ];
 
-/// The note to store: `given`, made fit, or the CI job's URL from `env`.
+/// The note to store: `given`, made fit, or the CI job's URL from `env`. A blank `--note ""` is
+/// no note at all: `null` in `status --json`, and not the CI job's URL either.
 pub fn resolve(given: Option<OsString>, env: Env<'_>) -> Option<String> {
     match given {
-        Some(raw) => Some(fit(raw)),
+        Some(raw) => Some(fit(raw)).filter(|note| !note.trim().is_empty()),
         None => from_ci(env),
     }
 }
@@ -149,6 +150,13 @@ mod tests {
         // An explicit note wins.
         let given = resolve(Some("mine".into()), &env_of(&[("CI_JOB_URL", "x")]));
         assert_eq!(given.as_deref(), Some("mine"));
+        // A blank one is none, and keeps the job's URL out too.
+        for blank in ["", "  ", "\t\n"] {
+            assert_eq!(
+                resolve(Some(blank.into()), &env_of(&[("CI_JOB_URL", "x")])),
+                None
+            );
+        }
     }
 
     #[test]

@@ -4,6 +4,7 @@
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use nix::sys::signal::Signal;
+use serde_json::Value;
 
 use crate::support::asserts::assert_gone_within;
 use crate::support::fixture::Fixture;
@@ -113,21 +114,31 @@ pub fn progress_names_the_holder_and_the_place_in_line<F: Fixture>() {
     assert_eq!(code(&second.wait(SOON)), 0);
 }
 
-/// Guards against a CI job's lock that does not say which job holds it.
+/// Guards against a CI job's lock that does not say which job holds it, and against a blank
+/// `--note ""` (no note, not even the job's URL) stored as an empty string instead of none.
 pub fn the_ci_jobs_url_is_the_note<F: Fixture>() {
     let fx = F::start();
     let s = Scene::new(fx.url());
-    let mut cmd = s.holder_cmd(s.url(), "ci", &["--ttl", F::TTL]);
-    cmd.env("GITHUB_ACTIONS", "true")
-        .env("GITHUB_SERVER_URL", "https://github.example")
-        .env("GITHUB_REPOSITORY", "acme/app")
-        .env("GITHUB_RUN_ID", "4711");
-    let mut holder = crate::support::holder::Holder::spawn(cmd, s.dir(), "h").started();
+    let in_ci = |tag: &str, extra: &[&str]| {
+        let mut cmd = s.holder_cmd(s.url(), "ci", &[&["--ttl", F::TTL], extra].concat());
+        cmd.env("GITHUB_ACTIONS", "true")
+            .env("GITHUB_SERVER_URL", "https://github.example")
+            .env("GITHUB_REPOSITORY", "acme/app")
+            .env("GITHUB_RUN_ID", "4711");
+        crate::support::holder::Holder::spawn(cmd, s.dir(), tag).started()
+    };
+    let mut holder = in_ci("url", &[]);
     let status = s.wait_held("ci", 1);
     assert_eq!(
         status["holders"][0]["note"], "https://github.example/acme/app/actions/runs/4711",
         "{status}"
     );
+    assert_eq!(code(&holder.finish()), 0);
+    let mut holder = in_ci("blank", &["--note", ""]);
+    let status = s.wait_held("ci", 1);
+    assert_eq!(status["holders"][0]["note"], Value::Null, "{status}");
+    let human = text(&s.run(["status", "ci"]).stdout);
+    assert!(!human.contains("note"), "{human}");
     assert_eq!(code(&holder.finish()), 0);
 }
 
