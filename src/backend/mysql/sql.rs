@@ -102,22 +102,16 @@ impl Statements {
         )
     }
 
-    /// The first try's fast path, without the acquire procedure (which each new session must
-    /// load and parse first): one transaction that takes slot 0 (or a shared hold) only when the
-    /// name has no lease row and no waiter row at all, and otherwise changes nothing but
-    /// `max_limit`. Its last result set is one row, `free, token`; when `free` is 0 the procedure
-    /// decides. The names row is locked first, as everywhere. A statement of it that fails
-    /// leaves the transaction open: the connection must then be dropped, not reused.
-    ///
-    /// It starts with this owner's own release, which finds nothing to drop: a user who may not
-    /// run the release procedure or delete lease rows is refused here, before the command starts,
-    /// not at its end with the name left held for a lease. (The release then finds the procedure
-    /// already loaded in the session.)
+    /// The first try's fast path, without the procedure (which each new session must load and
+    /// parse first): one transaction that takes slot 0 (or a shared hold) only when the name has
+    /// no lease row and no waiter row at all, and otherwise changes nothing but `max_limit`. Its
+    /// last result set is one row, `free, token`; when `free` is 0 the procedure decides. The
+    /// names row is locked first, as everywhere. A statement of it that fails leaves the
+    /// transaction open: the connection must then be dropped, not reused.
     pub fn fast_acquire(&self, t: &Try<'_>) -> String {
         let name = binary(t.name);
         format!(
-            "{release}; \
-             START TRANSACTION; \
+            "START TRANSACTION; \
              INSERT INTO {names} (name, max_limit) VALUES ({name}, {limit}) \
              ON DUPLICATE KEY UPDATE max_limit = GREATEST(max_limit, {limit}); \
              SET @lockrun_free = NOT EXISTS (SELECT 1 FROM {leases} WHERE name = {name}) \
@@ -131,7 +125,6 @@ impl Statements {
              FROM {names} WHERE name = {name} AND @lockrun_free; \
              COMMIT; \
              SELECT @lockrun_free, token FROM {names} WHERE name = {name}",
-            release = self.release(t.name, t.owner),
             names = self.table("names"),
             leases = self.table("leases"),
             waiters = self.table("waiters"),
@@ -303,12 +296,8 @@ mod tests {
              _utf8mb4 X'7b22706964223a317d', 3000, 1, 0)"
         );
         let fast = sql.fast_acquire(&t);
-        // This owner's own release first: it proves the release may run, and drops nothing.
         assert!(
-            fast.starts_with(
-                "CALL `jobs_release_v1`(X'612f62', X'30306666'); START TRANSACTION; \
-                 INSERT INTO `jobs_names`"
-            ),
+            fast.starts_with("START TRANSACTION; INSERT INTO `jobs_names`"),
             "{fast}"
         );
         // A shared hold has no slot; the lease lasts exactly what the procedure would grant.
