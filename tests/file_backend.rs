@@ -185,6 +185,28 @@ fn a_new_user_with_an_empty_home_gets_a_private_state_directory() {
     );
 }
 
+/// A non-root user whose `HOME` is relative has no default state directory: the run is refused
+/// (64) saying that `HOME` is the problem, not told to set a variable that is set.
+#[test]
+fn a_relative_home_is_named_as_the_reason_there_is_no_state_directory() {
+    if !tools::root() {
+        return;
+    }
+    let scratch = Scene::file();
+    let out = output(
+        tools::as_user(tools::NOBODY)
+            .arg(BIN)
+            .args(["--name", "demo", "--", "touch"])
+            .arg(scratch.path("ran"))
+            .env_clear()
+            .env("HOME", "relative/home")
+            .env("PATH", "/usr/bin:/bin"),
+    );
+    let said = assert_one_line(&out, 64, "HOME is \"relative/home\", not an absolute path");
+    assert!(!said.contains("set HOME or"), "{said}");
+    assert!(!scratch.path("ran").exists());
+}
+
 #[test]
 fn a_world_writable_state_directory_is_refused_unless_sticky() {
     let env = Scene::file();
