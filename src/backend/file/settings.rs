@@ -89,22 +89,21 @@ fn url_path(dir: &Path) -> String {
     let mut text = String::new();
     for chunk in dir.as_os_str().as_bytes().utf8_chunks() {
         for c in chunk.valid().chars() {
-            match c {
-                '%' | '?' | '#' => text.push_str(&format!("%{:02X}", c as u32)),
-                c if c.is_control() => {
-                    let mut bytes = [0; 4];
-                    for b in c.encode_utf8(&mut bytes).bytes() {
-                        text.push_str(&format!("%{b:02X}"));
-                    }
-                }
-                c => text.push(c),
+            match matches!(c, '%' | '?' | '#') || c.is_control() {
+                true => percent_encoded(&mut text, c.encode_utf8(&mut [0; 4]).as_bytes()),
+                false => text.push(c),
             }
         }
-        for b in chunk.invalid() {
-            text.push_str(&format!("%{b:02X}"));
-        }
+        percent_encoded(&mut text, chunk.invalid());
     }
     text
+}
+
+/// Appends `bytes` to `text` as `%XX` each.
+fn percent_encoded(text: &mut String, bytes: &[u8]) {
+    for b in bytes {
+        text.push_str(&format!("%{b:02X}"));
+    }
 }
 
 #[async_trait]
