@@ -327,24 +327,18 @@ where
 
 /// Why the credential chain gave nothing to sign a request with, when that is why it failed.
 fn credentials_missing(e: &(dyn StdError + 'static)) -> Option<String> {
-    let mut next = Some(e);
-    while let Some(e) = next {
-        if let Some(found) = e.downcast_ref::<CredentialsError>() {
-            return Some(match found {
-                CredentialsError::CredentialsNotLoaded(_) => "no AWS credentials: none of the \
-                    standard chain's sources has any (AWS_ACCESS_KEY_ID and \
-                    AWS_SECRET_ACCESS_KEY, AWS_PROFILE or the default profile, SSO, a web \
-                    identity token, an ECS or EC2 role)"
-                    .to_owned(),
-                other => format!(
-                    "cannot get AWS credentials: {}",
-                    fragment(&chain(other), &[])
-                ),
-            });
-        }
-        next = e.source();
-    }
-    None
+    let found = std::iter::successors(Some(e), |&e| e.source())
+        .find_map(|e| e.downcast_ref::<CredentialsError>())?;
+    Some(match found {
+        CredentialsError::CredentialsNotLoaded(_) => "no AWS credentials: none of the standard \
+            chain's sources has any (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE or \
+            the default profile, SSO, a web identity token, an ECS or EC2 role)"
+            .to_owned(),
+        other => format!(
+            "cannot get AWS credentials: {}",
+            fragment(&chain(other), &[])
+        ),
+    })
 }
 
 /// An error and its causes, `: `-separated, each said once.
