@@ -27,11 +27,22 @@ command -v npm >/dev/null 2>&1 || missing+=(npm)
 # libfaketime's preload library, wherever the architecture puts it (package libfaketime).
 compgen -G '/usr/lib/*/faketime/libfaketime.so.1' >/dev/null || compgen -G '/usr/lib/faketime/libfaketime.so.1' >/dev/null || missing+=(faketime)
 
+# A download that fails once (a mirror mid-sync, a dropped connection) is tried again, a few
+# seconds later, up to three times: a red run should mean a failing test, not a flaky mirror.
+retry() {
+  local attempt
+  for attempt in 1 2 3; do
+    "$@" && return 0
+    [ "$attempt" = 3 ] || { echo "retrying in $((attempt * 10)) s: $*" >&2; sleep $((attempt * 10)); }
+  done
+  return 1
+}
+
 if ((${#missing[@]})); then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "installing: ${missing[*]}"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    retry apt-get update -qq
+    retry env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   else
     echo "missing: ${missing[*]} — install them (or run this script as root on Debian/Ubuntu)" >&2
     exit 1
@@ -40,7 +51,7 @@ fi
 
 if [ ! -x tools/dynalite/node_modules/.bin/dynalite ]; then
   echo "installing dynalite (npm ci in tools/dynalite)"
-  npm ci --prefix tools/dynalite --no-audit --no-fund --loglevel=error
+  retry npm ci --prefix tools/dynalite --no-audit --no-fund --loglevel=error
 fi
 
 cargo fmt --all -- --check
