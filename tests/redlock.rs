@@ -163,6 +163,34 @@ fn a_killed_master_and_a_late_one_still_answer_a_newcomer() {
     assert_eq!(code(&out), 0, "{}", text(&out.stderr));
 }
 
+/// Guards `list` against a frozen master costing it a wait per name: every name's look waited
+/// out the grace for the silent master again, so twenty names took about ten seconds. The list
+/// must still show the holder, from the quorum that answers, and come within a few seconds.
+#[test]
+fn a_frozen_master_costs_list_one_grace_not_one_per_name() {
+    let fx = RedlockServers::<3>::start();
+    let s = Scene::new(fx.url());
+    for i in 0..20 {
+        let out = s.run(["--name", &format!("used/{i}"), "--", "true"]);
+        assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    }
+    let mut holder = s.hold("used/held", "h", &["--ttl", TTL]);
+    wait_until_held_on_every_master(&fx, "used/held", &holder);
+    fx.master(1).pause();
+    let started = Instant::now();
+    let listed = s.list(&["used/"]);
+    let took = started.elapsed();
+    fx.master(1).resume();
+    assert_eq!(listed.as_array().map(Vec::len), Some(1), "{listed}");
+    assert_eq!(listed[0]["name"], "used/held", "{listed}");
+    assert!(
+        took < Duration::from_secs(4),
+        "list over 21 names with one master frozen took {took:?}"
+    );
+    let out = holder.finish();
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+}
+
 /// A holder through one proxy per master loses a majority to `fault`: its command must be dead by
 /// the stop point of the last renewal a quorum confirmed (the masters left always confirm; the
 /// last confirmation of a lost one completes the quorum), and lockrun must exit 76.

@@ -4,7 +4,8 @@
 //! - `status`: a holder is shown when a quorum of masters holds it (matched by its owner id), with
 //!   the token most of them carry (after the write-back, all) and the lease left until fewer than a
 //!   quorum would still hold it; a waiter when a quorum has it in line, in ticket order.
-//! - `list`: the names any master knows (by `SCAN`), each then read as above.
+//! - `list`: the names any master knows (by `SCAN`), each then read as above; a master that does
+//!   not answer one name's look in time is not waited for by the next names' looks.
 //! - `release --force`: on every master; each tells the holders on their own channels.
 //! - `--min-interval`: each master decides by its own clock; the run goes ahead only when a quorum
 //!   recorded it, so one master whose clock is off cannot cause a second run. The look before
@@ -15,7 +16,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::masters::{Masters, STRAGGLERS};
+use super::masters::{Masters, STRAGGLERS, Stragglers};
 use super::scripts::{Call, STATUS};
 use crate::backend::inspect::held;
 use crate::backend::redis::connect::REQUEST_TIMEOUT;
@@ -41,14 +42,7 @@ type View = (
 impl Inspect for Masters {
     /// Who holds `name` on a quorum of masters, and who waits there.
     async fn status(&self, name: &LockName) -> Result<LockStatus, BackendError> {
-        let keys = Keys::new(name);
-        let limit = known_limit(self, &keys).await?;
-        let call = Call::new(&STATUS).keys(status_keys(&keys, limit));
-        let views = self
-            .most_of(self.call::<View>(&call, REQUEST_TIMEOUT), STRAGGLERS)
-            .await?;
-        let views: Vec<View> = views.into_iter().map(|(_, view)| view).collect();
-        Ok(combine(name, limit, &views, self.quorum()))
+        status_noting(self, name, &Stragglers::default()).await
     }
 
     /// Every held name that starts with `prefix`, sorted by name: the names any master knows,
@@ -59,20 +53,27 @@ impl Inspect for Masters {
             let prefix = prefix.clone();
             async move { scan_names(&link, &prefix).await }
         });
+        // A master that does not answer a look within the grace (the scan, or one name's status)
+        // is not waited for again by the later looks: a frozen master costs the list one grace.
+        let stragglers = Stragglers::default();
+        let stragglers = &stragglers;
         let names: BTreeSet<LockName> = self
-            .most_of(round, STRAGGLERS)
+            .most_of_noting(round, STRAGGLERS, stragglers)
             .await?
             .into_iter()
             .flat_map(|(_, names)| names)
             .collect();
-        held(names, |name| async move { self.status(&name).await }).await
+        held(names, |name| async move {
+            status_noting(self, &name, stragglers).await
+        })
+        .await
     }
 
     /// Drops every holder of `name` on every master, each told on its own channel; returns how
     /// many holders there were (the most any master had).
     async fn force_release(&self, name: &LockName) -> Result<usize, BackendError> {
         let keys = Keys::new(name);
-        let limit = known_limit(self, &keys).await?;
+        let limit = known_limit(self, &keys, &Stragglers::default()).await?;
         let call = force_release_call(&keys, limit);
         let dropped = self
             .most_of(self.call::<u64>(&call, REQUEST_TIMEOUT), STRAGGLERS)
@@ -150,6 +151,24 @@ impl Inspect for Masters {
     }
 }
 
+/// Who holds `name` on a quorum of masters, and who waits there; `stragglers` as in
+/// [`Masters::most_of_noting`].
+async fn status_noting(
+    masters: &Masters,
+    name: &LockName,
+    stragglers: &Stragglers,
+) -> Result<LockStatus, BackendError> {
+    let keys = Keys::new(name);
+    let limit = known_limit(masters, &keys, stragglers).await?;
+    let call = Call::new(&STATUS).keys(status_keys(&keys, limit));
+    let round = masters.call::<View>(&call, REQUEST_TIMEOUT);
+    let views = masters
+        .most_of_noting(round, STRAGGLERS, stragglers)
+        .await?;
+    let views: Vec<View> = views.into_iter().map(|(_, view)| view).collect();
+    Ok(combine(name, limit, &views, masters.quorum()))
+}
+
 /// What a quorum of the masters' views agree on.
 fn combine(name: &LockName, limit: u32, views: &[View], quorum: usize) -> LockStatus {
     #[derive(Default)]
@@ -218,12 +237,18 @@ fn most_common<T: Ord + Copy>(values: &[T]) -> T {
 }
 
 /// The largest `--limit` any master has seen declared for the name (1 if none).
-async fn known_limit(masters: &Masters, keys: &Keys) -> Result<u32, BackendError> {
+async fn known_limit(
+    masters: &Masters,
+    keys: &Keys,
+    stragglers: &Stragglers,
+) -> Result<u32, BackendError> {
     let round = masters.send(|link| {
         let keys = keys.clone();
         async move { declared_limit(&link, &keys).await }
     });
-    let limits = masters.most_of(round, STRAGGLERS).await?;
+    let limits = masters
+        .most_of_noting(round, STRAGGLERS, stragglers)
+        .await?;
     let limit = limits.into_iter().filter_map(|(_, l)| l).max();
     Ok(limit.unwrap_or(1).clamp(1, MAX_LIMIT))
 }

@@ -67,6 +67,25 @@ impl<T> Round<T> {
     }
 }
 
+/// The masters that let a round's grace run out, by index, for the later rounds of the same look
+/// (see [`Masters::most_of_noting`]).
+#[derive(Default)]
+pub struct Stragglers(std::sync::Mutex<Vec<usize>>);
+
+impl Stragglers {
+    fn includes(&self, master: usize) -> bool {
+        self.0.lock().is_ok_and(|known| known.contains(&master))
+    }
+
+    fn add(&self, master: usize) {
+        if let Ok(mut known) = self.0.lock()
+            && !known.contains(&master)
+        {
+            known.push(master);
+        }
+    }
+}
+
 impl Masters {
     /// The masters `settings` name, not connected yet: the first round connects to every master
     /// at once, and is what finds a quorum unreachable (a PING first would cost every run one
@@ -161,18 +180,48 @@ impl Masters {
     /// when fewer than a quorum came.
     pub async fn most_of<T>(
         &self,
-        mut round: Round<T>,
+        round: Round<T>,
         grace: Duration,
     ) -> Result<Vec<(usize, T)>, BackendError> {
+        self.most_of_noting(round, grace, &Stragglers::default())
+            .await
+    }
+
+    /// [`Masters::most_of`] for one round of several that look at the masters together (`list`
+    /// reads every name's status): a master that let an earlier round's grace run out is not
+    /// waited for again once a quorum answered, and one that lets this round's run out is noted
+    /// in `stragglers`. A frozen master then costs such a look one grace, not one per round.
+    pub async fn most_of_noting<T>(
+        &self,
+        mut round: Round<T>,
+        grace: Duration,
+        stragglers: &Stragglers,
+    ) -> Result<Vec<(usize, T)>, BackendError> {
         let (mut answers, mut failures) = (Vec::new(), Vec::new());
+        let mut heard = vec![false; self.len()];
         loop {
-            let next = match answers.len() >= self.quorum() {
-                true => round.next_within(grace).await,
-                false => round.next().await,
+            let next = if answers.len() >= self.quorum() {
+                let unheard = || (0..heard.len()).filter(|&i| !heard[i]);
+                if unheard().all(|i| stragglers.includes(i)) {
+                    break;
+                }
+                let next = round.next_within(grace).await;
+                if next.is_none() && round.outstanding() > 0 {
+                    unheard().for_each(|i| stragglers.add(i));
+                }
+                next
+            } else {
+                round.next().await
             };
             match next {
-                Some((i, Ok(value))) => answers.push((i, value)),
-                Some((i, Err(e))) => failures.push((i, e)),
+                Some((i, Ok(value))) => {
+                    heard[i] = true;
+                    answers.push((i, value));
+                }
+                Some((i, Err(e))) => {
+                    heard[i] = true;
+                    failures.push((i, e));
+                }
                 None => break,
             }
         }
