@@ -83,7 +83,10 @@ def redis_backend(tmp: Path) -> Backend:
 
 
 def postgres_backend(tmp: Path) -> Backend:
-    server = pg.Server(tmp)
+    # Every lockrun holds one connection, waiting or holding: room for the thousand names (and
+    # the longest line) beside `status`; the default max_connections, 100, refused the probes.
+    # PgBouncer in front of a small server is bench/pg_scale.py's.
+    server = pg.Server(tmp, ("max_connections=1200", "shared_buffers=128MB"))
 
     def transactions() -> float:
         return float(server.psql(

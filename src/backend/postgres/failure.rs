@@ -114,31 +114,38 @@ mod tests {
 
     #[test]
     fn known_walls_carry_their_fix() {
-        let options = hint(
-            &SqlState::PROTOCOL_VIOLATION,
-            "unsupported startup parameter: options",
-            "lockrun",
-        );
-        assert!(options.contains("ignore_startup_parameters"), "{options}");
-        let schema = hint(
-            &SqlState::INSUFFICIENT_PRIVILEGE,
-            "permission denied for schema lockrun",
-            "lockrun",
-        );
-        assert!(schema.contains("?lockrun_schema="), "{schema}");
-        let login = hint(
-            &SqlState::PROTOCOL_VIOLATION,
-            "server login has been failing, try again later (server_login_retry)",
-            "lockrun",
-        );
-        assert!(login.contains("set it to 1"), "{login}");
-        let database = hint(
-            &SqlState::INSUFFICIENT_PRIVILEGE,
-            "permission denied for database fresh",
-            "lockrun",
-        );
-        assert!(database.contains("grant this user CREATE"), "{database}");
-        assert!(!schema.contains('\n'));
+        let walls = [
+            (
+                SqlState::PROTOCOL_VIOLATION,
+                "unsupported startup parameter: options",
+                "ignore_startup_parameters",
+            ),
+            (
+                SqlState::INSUFFICIENT_PRIVILEGE,
+                "permission denied for schema lockrun",
+                "?lockrun_schema=",
+            ),
+            (
+                SqlState::PROTOCOL_VIOLATION,
+                "server login has been failing, try again later (server_login_retry)",
+                "set it to 1",
+            ),
+            (
+                SqlState::INSUFFICIENT_PRIVILEGE,
+                "permission denied for database fresh",
+                "grant this user CREATE",
+            ),
+            (
+                SqlState::TOO_MANY_CONNECTIONS,
+                "sorry, too many clients already",
+                "no connection to spare",
+            ),
+        ];
+        for (code, message, fix) in walls {
+            let hint = hint(&code, message, "lockrun");
+            assert!(hint.contains(fix), "{message}: {hint}");
+            assert!(!hint.contains('\n'), "{hint}");
+        }
         assert_eq!(
             hint(&SqlState::UNDEFINED_TABLE, "relation x does not exist", "l"),
             ""
