@@ -18,6 +18,8 @@ pub const SAFETY_RECHECK: Duration = Duration::from_secs(1);
 pub const HEARTBEAT: Duration = Duration::from_secs(3);
 /// How long a waiter keeps waiting through a server outage before giving up (exit 69).
 pub const WAIT_OUTAGE: Duration = Duration::from_secs(10);
+/// How often a waiter riding out an outage says so, at most.
+const OUTAGE_SAID_EVERY: Duration = Duration::from_secs(1);
 /// The pause between two tries of a backend's own waiting loop (etcd, ZooKeeper) during an outage
 /// it rides out.
 pub const OUTAGE_PAUSE: Duration = Duration::from_millis(500);
@@ -114,6 +116,8 @@ impl Nap {
 pub struct Outage {
     answered: bool,
     failing_since: Option<BootInstant>,
+    /// When this outage was last reported: a backend retried every 100 ms must not fill stderr.
+    said_at: Option<BootInstant>,
 }
 
 impl Outage {
@@ -121,7 +125,7 @@ impl Outage {
     pub fn in_line() -> Self {
         Outage {
             answered: true,
-            failing_since: None,
+            ..Outage::default()
         }
     }
 
@@ -130,7 +134,7 @@ impl Outage {
     pub fn for_request(request: &AcquireRequest) -> Self {
         Outage {
             answered: request.answered,
-            failing_since: None,
+            ..Outage::default()
         }
     }
 
@@ -143,6 +147,19 @@ impl Outage {
     pub fn ok(&mut self) {
         self.answered = true;
         self.failing_since = None;
+        self.said_at = None;
+    }
+
+    /// Whether a failure at `now` is worth a line: the first of an outage, then one every
+    /// [`OUTAGE_SAID_EVERY`] at most.
+    fn worth_saying(&mut self, now: BootInstant) -> bool {
+        let due = self
+            .said_at
+            .is_none_or(|at| now.saturating_since(at) >= OUTAGE_SAID_EVERY);
+        if due {
+            self.said_at = Some(now);
+        }
+        due
     }
 
     /// A try sent at `sent_at` failed with `error` while doing `what`: `Err` gives up, `Ok` means
@@ -157,10 +174,13 @@ impl Outage {
             return Err(error);
         }
         let since = *self.failing_since.get_or_insert(sent_at);
-        if BootInstant::now().saturating_since(since) >= WAIT_OUTAGE {
+        let now = BootInstant::now();
+        if now.saturating_since(since) >= WAIT_OUTAGE {
             return Err(error);
         }
-        crate::warn!("cannot {what} ({error}); retrying");
+        if self.worth_saying(now) {
+            crate::warn!("cannot {what} ({error}); retrying");
+        }
         Ok(())
     }
 }
@@ -182,6 +202,18 @@ mod tests {
         let long_ago = BootInstant::now().saturating_sub(WAIT_OUTAGE);
         let mut outage = Outage::in_line();
         assert!(outage.failed(error(), long_ago, "check").is_err());
+    }
+
+    #[test]
+    fn an_outage_is_said_at_once_then_once_a_second_and_again_after_an_answer() {
+        let mut outage = Outage::in_line();
+        let start = BootInstant::now();
+        assert!(outage.worth_saying(start));
+        assert!(!outage.worth_saying(start + Duration::from_millis(100)));
+        assert!(!outage.worth_saying(start + Duration::from_millis(900)));
+        assert!(outage.worth_saying(start + OUTAGE_SAID_EVERY));
+        outage.ok();
+        assert!(outage.worth_saying(start + OUTAGE_SAID_EVERY + Duration::from_millis(1)));
     }
 
     #[test]
