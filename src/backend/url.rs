@@ -15,9 +15,15 @@
 use percent_encoding::percent_decode_str;
 
 /// Query keys whose values are secrets (compared after decoding, ignoring case): `password`,
-/// libpq's `sslpassword`, and anything else that names a password.
+/// libpq's `sslpassword`, and anything else that names a password, a secret, a token or
+/// credentials, so that one written under a key lockrun does not take (`?auth=`, `?token=`,
+/// `?aws_secret_access_key=`) is hidden from the error that refuses it.
 fn is_secret_key(key: &str) -> bool {
-    key.to_ascii_lowercase().contains("password")
+    let key = key.to_ascii_lowercase();
+    ["password", "passwd", "secret", "token", "credential"]
+        .iter()
+        .any(|word| key.contains(word))
+        || matches!(key.as_str(), "pass" | "pw" | "pwd" | "auth")
 }
 
 /// One `host[:port]` of a URL.
@@ -628,6 +634,25 @@ mod tests {
         ] {
             assert_eq!(redact(raw), shown, "{raw}");
         }
+    }
+
+    #[test]
+    fn values_under_keys_that_name_a_secret_are_hidden() {
+        for key in [
+            "auth",
+            "token",
+            "aws_secret_access_key",
+            "passwd",
+            "pw",
+            "Credentials",
+        ] {
+            let url = split(&format!("zk://h:1?{key}=u:Hunter2&x=1"));
+            assert!(!url.forms().shown().contains("Hunter2"), "{key}");
+            let err = url.only_params(&[]).unwrap_err();
+            assert!(!err.contains("Hunter2"), "{key}: {err}");
+        }
+        let url = split("postgres://h/db?sslmode=require&application_name=app");
+        assert!(url.forms().shown().contains("application_name=app"));
     }
 
     #[test]
