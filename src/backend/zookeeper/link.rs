@@ -61,6 +61,8 @@ pub struct Link {
     above: Vec<Acl>,
     /// The session `status` and friends use: the run's own while it has one.
     shared: Mutex<Option<zk::Client>>,
+    /// How many members the URL names.
+    members: usize,
 }
 
 impl Link {
@@ -89,6 +91,7 @@ impl Link {
             owned,
             above,
             shared: Mutex::new(None),
+            members: settings.endpoints.len(),
         }
     }
 
@@ -109,7 +112,7 @@ impl Link {
         loop {
             let mut connector = zk::Client::connector()
                 .with_session_timeout(timeout)
-                .with_connection_timeout((timeout / 2).max(MIN_SILENCE))
+                .with_connection_timeout(silence(timeout, self.members))
                 .with_fail_eagerly();
             if let Some(digest) = &self.digest {
                 connector = connector.with_auth("digest", digest.as_bytes());
@@ -295,6 +298,20 @@ impl Lent {
     }
 }
 
+/// The silence after which the client leaves a member for another, which is also how long it
+/// gives a member to answer a new session: half the session timeout (at least [`MIN_SILENCE`]),
+/// and, with several members, no more than their share of [`CONNECT_TIMEOUT`]. The client tries
+/// the members in a random order, so a member that accepts connections but never answers (frozen,
+/// or cut off behind a proxy) would otherwise use up the whole connect time when it came first,
+/// and the run would fail although another member was up.
+fn silence(session_timeout: Duration, members: usize) -> Duration {
+    let half = (session_timeout / 2).max(MIN_SILENCE);
+    match u32::try_from(members) {
+        Ok(members) if members > 1 => half.min((CONNECT_TIMEOUT / members).max(MIN_SILENCE)),
+        _ => half,
+    }
+}
+
 /// Whether `e` means the session is gone for good (expired, closed, refused).
 pub fn session_gone(e: &zk::Error) -> bool {
     matches!(
@@ -304,4 +321,19 @@ pub fn session_gone(e: &zk::Error) -> bool {
             | zk::Error::AuthFailed
             | zk::Error::SessionMoved
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn several_members_share_the_connect_time_and_one_keeps_half_the_session() {
+        let ten = Duration::from_secs(10);
+        assert_eq!(silence(ten, 1), Duration::from_secs(5));
+        assert_eq!(silence(ten, 2), Duration::from_millis(1500));
+        assert_eq!(silence(ten, 3), Duration::from_secs(1));
+        assert_eq!(silence(Duration::from_secs(1), 3), MIN_SILENCE);
+        assert_eq!(silence(ten, 9), MIN_SILENCE);
+    }
 }
