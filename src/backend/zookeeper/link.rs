@@ -4,10 +4,11 @@
 //! A session is the lease: each run opens its own, asking for its TTL as the session timeout, and
 //! never replaces it while it holds (a session that expired is a lost lease; a new session would be
 //! a new contender). The client library fails over between the members on its own, keeping the
-//! session, at once when a member closes the connection (it died), and after half the session
-//! timeout of silence otherwise: a brief silence is ridden through, and a member that stays
-//! silent is left — in time for the lease when the silence began right after a renewal, too late
-//! when it began just before one (the supervisor then stops the command early).
+//! session, at once when a member closes the connection (it died), and after a silence otherwise
+//! (see [`silence`]: a member's share of the connect time with several, half the session timeout
+//! with one): a brief silence is ridden through, and a member that stays silent is left — too
+//! late for the lease only when the silence outlasts the time to the stop point (the supervisor
+//! then stops the command early).
 //! `status`, `list` and `release --force` use the run's session when there is one, else one of
 //! their own, closed when they are done.
 //!
