@@ -172,9 +172,14 @@ impl Url {
         let (user, password) = match userinfo {
             None => (None, None),
             Some(info) => match info.split_once(':') {
-                Some((user, password)) => (Some(decode(user)), Some(decode(password))),
-                None if lone == LoneUserinfo::Password => (None, Some(decode(info))),
-                None => (Some(decode(info)), None),
+                Some((user, password)) => (
+                    Some(credential(user, "user name")?),
+                    Some(credential(password, "password")?),
+                ),
+                None if lone == LoneUserinfo::Password => {
+                    (None, Some(credential(info, "password")?))
+                }
+                None => (Some(credential(info, "user name")?), None),
             },
         };
         let query = query
@@ -425,6 +430,16 @@ pub fn decode(raw: &str) -> String {
     percent_decode_str(raw).decode_utf8_lossy().into_owned()
 }
 
+/// A user name or password with its `%XX` escapes decoded. Bytes that are not UTF-8 are refused
+/// rather than replaced: every client takes credentials as text, and two passwords that differ only
+/// there would otherwise become the same one (ZooKeeper: the same identity).
+fn credential(raw: &str, what: &str) -> Result<String, String> {
+    percent_decode_str(raw)
+        .decode_utf8()
+        .map(std::borrow::Cow::into_owned)
+        .map_err(|_| format!("the {what} is not UTF-8 once its %XX escapes are decoded"))
+}
+
 /// How a reserved character is written inside a URL's credentials.
 fn encoded(c: char) -> &'static str {
     match c {
@@ -634,6 +649,21 @@ mod tests {
         ] {
             assert_eq!(redact(raw), shown, "{raw}");
         }
+    }
+
+    #[test]
+    fn credentials_that_are_not_utf8_are_refused_not_replaced() {
+        for raw in [
+            "zk://u:Hunter2%FF@h:1",
+            "zk://u%FE:pw@h:1",
+            "redis://:Hunter2%80@h",
+        ] {
+            let err = Url::split(raw, LoneUserinfo::User).map(|_| ()).unwrap_err();
+            assert!(err.contains("not UTF-8"), "{raw}: {err}");
+            assert!(!err.contains("Hunter2"), "{err}");
+        }
+        let url = split("zk://u:p%C3%A9@h:1");
+        assert_eq!(url.password.as_deref(), Some("pé"));
     }
 
     #[test]
