@@ -391,13 +391,13 @@ pub async fn supervise(
     {
         release_limit = release_limit.min(expiry.remaining().max(LOST_RELEASE_FLOOR));
     }
-    let release_sent = BootInstant::now();
     let released = release(lease, release_limit).await;
-    // A release sent while the lease should still have held, that finds it already gone, shows
-    // it was broken while the command ran, unnoticed because the command ended before the next
-    // renewal would have told: the run was not covered to its end, which is a loss like any other.
+    // A release that finds the lease already gone, answered while the lease had to hold unless
+    // broken, shows it was broken while the command ran, unnoticed because the command ended
+    // before the next renewal would have told: the run was not covered to its end, which is a
+    // loss like any other.
     if released == Some(Released::AlreadyGone)
-        && keeper.expiry.is_none_or(|expiry| release_sent < expiry)
+        && answered_while_held(keeper.expiry, BootInstant::now())
         && !matches!(
             keeper.stopping,
             Some(Stopping {
@@ -424,6 +424,15 @@ pub async fn supervise(
         Some(Cause::TimedOut) => Outcome::TimedOut,
         None => Outcome::Exited(exit::from_wait_status(status)),
     })
+}
+
+/// Whether a release answered at `answered` that found the lease gone proves the lease was broken
+/// while it should have held: only when the answer came before `expiry`, the earliest the server
+/// could let the lease run out on its own (counted from when the last renewal was sent); a kernel
+/// lock has no expiry. A later answer may come from a release that reached a loaded server after
+/// the lease ran out there, once the command had ended within it: that run was covered.
+pub(super) fn answered_while_held(expiry: Option<BootInstant>, answered: BootInstant) -> bool {
+    expiry.is_none_or(|expiry| answered < expiry)
 }
 
 /// The command exited while being stopped; its descendants got the same TERM. Waits for them

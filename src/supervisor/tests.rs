@@ -275,6 +275,16 @@ async fn a_spurious_announcement_only_costs_a_renewal() {
     assert_eq!(outcome, Outcome::Exited(5));
 }
 
+#[test]
+fn a_lease_found_gone_is_a_loss_only_when_the_answer_came_while_it_had_to_hold() {
+    let now = BootInstant::now();
+    let later = now + Duration::from_millis(1);
+    assert!(super::supervise::answered_while_held(Some(later), now));
+    assert!(!super::supervise::answered_while_held(Some(now), later));
+    assert!(!super::supervise::answered_while_held(Some(now), now));
+    assert!(super::supervise::answered_while_held(None, now));
+}
+
 #[tokio::test]
 async fn a_lease_found_gone_at_the_release_is_a_loss_not_the_commands_status() {
     // The command ends before any renewal could learn that the lease was broken: only the
