@@ -263,3 +263,33 @@ fn random_bad_input_through_the_binary_is_one_line_exit_64_and_runs_nothing() {
         assert!(!marker.exists(), "{flag} {value:?} ran the command");
     }
 }
+
+/// Guards two ways a secret reached a usage error or a server: a value under a query key that
+/// names a secret (`?auth=`, `?token=`, `&aws_secret_access_key=`) was echoed when lockrun
+/// refused the unknown option, and credentials that are not UTF-8 once decoded were replaced
+/// (`%FF` and `%FE` became the same password). Each is refused with 64 in one line that does not
+/// contain the secret, and nothing runs.
+#[test]
+fn secret_options_and_credentials_that_are_not_utf8_are_refused_without_the_secret() {
+    let env = Scene::file();
+    let marker = env.path("ran");
+    for url in [
+        format!("zk://127.0.0.1:1?auth=u:{PASSWORD}"),
+        format!("redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3?token={PASSWORD}"),
+        format!("dynamodb://t?endpoint=http://127.0.0.1:1&aws_secret_access_key={PASSWORD}"),
+        format!("zk://u:{PASSWORD}%FF@127.0.0.1:1"),
+        format!("redis://:{PASSWORD}%80@127.0.0.1:1"),
+        format!("postgres://u%FE:{PASSWORD}@127.0.0.1:1/db"),
+    ] {
+        let out = output(
+            lockrun()
+                .args(["--backend", &url, "--name", "x", "--", "touch"])
+                .arg(&marker),
+        );
+        let stderr = text(&out.stderr);
+        assert_eq!(code(&out), 64, "{url}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{url}: {stderr}");
+        assert!(!stderr.contains(PASSWORD), "{url} leaked: {stderr}");
+        assert!(!marker.exists(), "{url} ran the command");
+    }
+}
