@@ -207,6 +207,31 @@ fn tokens_keep_rising_across_a_server_restart() {
     }
 }
 
+/// Guards a waiter's stderr through an outage: it retries about every 100 ms, and each failed
+/// retry printed the same "retrying" line, some 80 of them before it gave up. It must say so at
+/// most about once a second over its ten seconds of trying, then give up with 69.
+#[test]
+fn a_waiter_riding_out_an_outage_says_so_once_a_second() {
+    let mut server = Dynalite::start();
+    let s = Scene::new(server.url());
+    let mut holder = s.hold("outage", "h", &["--ttl", "8s"]);
+    let mut waiter = s.waiter("outage", &["--progress", "0"], "touch ran");
+    // In line once its first try was answered (a waiter shows in `status` only once it has a
+    // ticket of its own); a failure before any answer would be final, not an outage.
+    std::thread::sleep(Duration::from_secs(1));
+    server.kill();
+    let out = waiter.wait(Duration::from_secs(40));
+    let stderr = text(&out.stderr);
+    assert_eq!(code(&out), 69, "{stderr}");
+    let retries = stderr.lines().filter(|l| l.contains("retrying")).count();
+    assert!(
+        (1..=13).contains(&retries),
+        "{retries} retry lines:\n{stderr}"
+    );
+    assert!(!s.path("ran").exists());
+    assert_eq!(code(&holder.exit()), 76);
+}
+
 /// Guards against throttling taken for an outage: an acquisition whose first writes are
 /// throttled (HTTP 400 `ThrottlingException`) is retried with the SDK's backoff and succeeds
 /// within the request's own deadline; renewals throttled twice in a row are retried within the
