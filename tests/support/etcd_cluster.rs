@@ -259,6 +259,12 @@ impl<const MEMBERS: usize> Fixture for Etcd<MEMBERS> {
     const TTL: &'static str = "3s";
     const SERVER_CLOCK: bool = false;
 
+    /// Leases count whole seconds: the interval is rounded up, and raised to the cluster's
+    /// minimum lease (2 s at etcd's default pace, less at the faster one).
+    fn interval_kept_at_most(interval: Duration) -> Duration {
+        Duration::from_secs(interval.as_secs_f64().ceil() as u64).max(Duration::from_secs(2))
+    }
+
     fn start() -> Self {
         let pace = if MEMBERS == 1 {
             Pace::Default

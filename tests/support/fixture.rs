@@ -56,6 +56,12 @@ pub trait Fixture: Reachable + Sized {
     /// The backend has a clock that `lockrun drill` can compare with the host's.
     const SERVER_CLOCK: bool = true;
 
+    /// The longest `--min-interval INTERVAL` may keep a name from running again on this backend:
+    /// the interval itself, where the backend reads a fine clock.
+    fn interval_kept_at_most(interval: Duration) -> Duration {
+        interval
+    }
+
     /// [`Fixture::TTL`] as a duration.
     fn ttl() -> Duration {
         humantime::parse_duration(Self::TTL).expect("a fixture's TTL is a duration")

@@ -9,8 +9,12 @@
 //! Leases count in whole seconds, so the interval is rounded up, and etcd raises a lease shorter
 //! than its minimum (about 1.5 election timeouts, 2 s at its default timing). A new leader
 //! restarts every lease's countdown, so after an election the interval can last up to an election
-//! timeout longer: the error is always towards "too soon", never towards a second run. A run's look
-//! before it waits reads the key and, when there is one, its lease's time to live.
+//! timeout longer: the error is always towards "too soon", never towards a second run. How long
+//! ago a key was made is its lease's granted TTL minus what it has left, which etcd gives in whole
+//! seconds: a run that finds the key within a second of its interval asks again until the seconds
+//! tell (or the key is gone), rather than being refused a second past its interval. A run's look
+//! before it waits reads the key and, when there is one, its lease's time to live, and skips only
+//! when the seconds clearly say too soon.
 //!
 //! Runs of a name may pass different intervals: the key lives as long as the interval of the run
 //! that made it. A run with a shorter interval that finds it older than its own interval takes
@@ -62,9 +66,11 @@ pub async fn ran_within(
         })
         .await?;
     match found.kvs().first() {
+        // Only a clear "too soon": a run the seconds cannot place is for the claim to settle.
         Some(kv) => Ok(ran_ago(link, kv.lease())
             .await?
-            .filter(|ago| *ago < interval)),
+            .filter(|since| since.at_most < interval)
+            .map(|since| since.at_least)),
         None => Ok(None),
     }
 }
@@ -114,11 +120,43 @@ async fn try_claim(
     let Some(last) = last else {
         return Ok(None);
     };
-    match ran_ago(link, last).await? {
+    match settled(link, last, interval).await? {
         None => Ok(None),
-        Some(ago) if ago < interval => Ok(Some(IntervalClaim::TooSoon { ago })),
-        // Made by a run with a longer interval, and older than this run's.
-        Some(_) => take_over(link, key, last, interval).await,
+        Some(since) if since.at_least >= interval => take_over(link, key, last, interval).await,
+        // Too soon, or still too close to tell: the safe side.
+        Some(since) => Ok(Some(IntervalClaim::TooSoon {
+            ago: since.at_least,
+        })),
+    }
+}
+
+/// How long settling a run that etcd's whole seconds cannot place (ran about the interval ago)
+/// may take: the seconds decide within one, or the lease ends (etcd revokes an expired lease
+/// within about half a second); past this, the run counts as too soon.
+const SETTLE_LIMIT: Duration = Duration::from_secs(3);
+
+/// How often an unsettled run's lease is asked about again.
+const SETTLE_POLL: Duration = Duration::from_millis(200);
+
+/// How long ago the interval lease `last` was granted, asked again until it tells whether that
+/// was at least `interval` ago or less (or [`SETTLE_LIMIT`] ran out); `None` once it is gone.
+async fn settled(
+    link: &Link,
+    last: i64,
+    interval: Duration,
+) -> Result<Option<Since>, BackendError> {
+    let deadline = tokio::time::Instant::now() + SETTLE_LIMIT;
+    loop {
+        let since = ran_ago(link, last).await?;
+        match since {
+            Some(s) if s.at_most >= interval && s.at_least < interval => {
+                if tokio::time::Instant::now() + SETTLE_POLL > deadline {
+                    return Ok(since);
+                }
+                tokio::time::sleep(SETTLE_POLL).await;
+            }
+            _ => return Ok(since),
+        }
     }
 }
 
@@ -157,23 +195,48 @@ async fn take_over(
     Ok(replaced.then_some(IntervalClaim::Claimed))
 }
 
-/// How long ago the interval lease `id` was granted: its granted TTL minus what it has left
-/// (which etcd gives in whole seconds, rounded down: the lower bound is taken).
+/// How long ago an interval lease was granted, as closely as etcd tells: between `at_least` and
+/// `at_most`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Since {
+    at_least: Duration,
+    at_most: Duration,
+}
+
+impl Since {
+    /// From the lease's granted TTL and the whole seconds it has left, which etcd truncates
+    /// towards zero: `left` 3 is 3 to 4 s left, 0 is between 1 s left and 1 s past its end, and
+    /// -2 is 2 to 3 s past it.
+    fn from_ttl(granted: i64, left: i64) -> Since {
+        let seconds = |s: i64| Duration::from_secs(u64::try_from(s).unwrap_or(0));
+        let (least, most) = match left {
+            1.. => (granted - left - 1, granted - left),
+            0 => (granted - 1, granted + 1),
+            _ => (granted - left, granted - left + 1),
+        };
+        Since {
+            at_least: seconds(least),
+            at_most: seconds(most),
+        }
+    }
+}
+
+/// How long ago the interval lease `id` was granted: its granted TTL minus what it has left.
 /// `None` when the lease is gone (the interval ended meanwhile).
-async fn ran_ago(link: &Link, id: i64) -> Result<Option<Duration>, BackendError> {
+async fn ran_ago(link: &Link, id: i64) -> Result<Option<Since>, BackendError> {
     let asked = link
         .call(REQUEST_TIMEOUT, |mut client| async move {
             client.lease_time_to_live(id, None).await
         })
         .await;
-    let (granted, left) = match asked {
-        Ok(answer) => (answer.granted_ttl(), answer.ttl()),
-        // Gone just now: the interval is over.
-        Err(failure @ Failure::Answered { .. }) if failure.lease_gone() => return Ok(None),
-        Err(failure) => return Err(failure.into()),
-    };
-    let seconds = u64::try_from(granted - left.max(0) - 1).unwrap_or(0);
-    Ok(Some(Duration::from_secs(seconds)))
+    match asked {
+        // etcd answers a lease it does not know with a TTL of -1 and none granted, rather than an
+        // error: gone just now, the interval is over.
+        Ok(answer) if answer.granted_ttl() <= 0 => Ok(None),
+        Ok(answer) => Ok(Some(Since::from_ttl(answer.granted_ttl(), answer.ttl()))),
+        Err(failure @ Failure::Answered { .. }) if failure.lease_gone() => Ok(None),
+        Err(failure) => Err(failure.into()),
+    }
 }
 
 /// The lease of the key a transaction's `get` found, if it found one.
@@ -190,4 +253,25 @@ async fn run(link: &Link, txn: &Txn) -> Result<TxnResponse, Failure> {
         async move { client.txn(txn).await }
     })
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn since(granted: i64, left: i64) -> (u64, u64) {
+        let s = Since::from_ttl(granted, left);
+        (s.at_least.as_secs(), s.at_most.as_secs())
+    }
+
+    #[test]
+    fn whole_seconds_left_bound_the_time_since_the_grant_both_ways() {
+        assert_eq!(since(10, 10), (0, 0));
+        assert_eq!(since(10, 3), (6, 7));
+        assert_eq!(since(2, 1), (0, 1));
+        // Within a second of its end, either side.
+        assert_eq!(since(2, 0), (1, 3));
+        assert_eq!(since(2, -1), (3, 4));
+        assert_eq!(since(2, -5), (7, 8));
+    }
 }
