@@ -93,6 +93,7 @@ impl Error {
         match self {
             Error::Usage(_) => USAGE,
             Error::Backend(crate::backend::BackendError::Starved { .. }) => INTERNAL,
+            Error::Backend(crate::backend::BackendError::Misconfigured(_)) => USAGE,
             Error::Backend(_) => UNAVAILABLE,
             Error::Busy { code, .. } => *code,
             Error::LeaseLost(_) => LEASE_LOST,

@@ -293,3 +293,27 @@ fn secret_options_and_credentials_that_are_not_utf8_are_refused_without_the_secr
         assert!(!marker.exists(), "{url} ran the command");
     }
 }
+
+/// Guards against a Redlock URL that names one server twice (`localhost` and `127.0.0.1` on one
+/// port) being taken for a backend failure (69): its vote would count twice, which no retry
+/// mends, so it is a usage error (64) in one line, for a run as for a look, and nothing runs.
+/// Found by looking the names up; nothing is connected to.
+#[test]
+fn a_redlock_master_named_twice_under_two_names_is_a_usage_error() {
+    let env = Scene::file();
+    let marker = env.path("ran");
+    let url = format!("redlock://:{PASSWORD}@localhost:1,127.0.0.1:1,127.0.0.2:1");
+    let touch = marker.to_str().unwrap();
+    for args in [
+        vec!["--name", "x", "--", "touch", touch],
+        vec!["status", "x"],
+    ] {
+        let out = output(lockrun().args(["--backend", &url]).args(&args));
+        let stderr = text(&out.stderr);
+        assert_eq!(code(&out), 64, "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(stderr.contains("same server"), "{args:?}: {stderr}");
+        assert!(!stderr.contains(PASSWORD), "{args:?} leaked: {stderr}");
+        assert!(!marker.exists(), "{args:?} ran the command");
+    }
+}

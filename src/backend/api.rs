@@ -218,6 +218,10 @@ pub enum BackendError {
     /// The backend cannot do what was asked.
     #[error("{0}")]
     Unsupported(String),
+    /// The URL reads well but names something that cannot work, found only by looking it up
+    /// (one Redlock master under two names): a usage error (exit 64), though found at open.
+    #[error("{0}")]
+    Misconfigured(String),
     /// The system refused lockrun something it needs here (descriptors, memory: a low
     /// `ulimit -n`): not the backend failing, which a script may retry on (exit 70, not 69).
     #[error("{endpoint}: {reason}")]

@@ -16,7 +16,8 @@ pub fn text(t: &Timeline, checks: &[Check]) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "drill: {} on {}", t.name, t.backend);
     let granted = match t.granted_ttl {
-        Some(g) if g != t.requested_ttl => format!("{} ms (raised by the backend)", ms(g)),
+        Some(g) if g > t.requested_ttl => format!("{} ms (raised by the backend)", ms(g)),
+        Some(g) if g < t.requested_ttl => format!("{} ms (lowered by the backend)", ms(g)),
         Some(g) => format!("{} ms", ms(g)),
         None => "unknown (A never held the lease)".into(),
     };
@@ -204,6 +205,32 @@ mod tests {
             "{report}"
         );
         assert!(report.contains("  FAIL  stale-write-rejected"), "{report}");
+    }
+
+    #[test]
+    fn a_granted_ttl_is_said_to_be_raised_or_lowered_as_it_was() {
+        let mut t = Timeline::example();
+        let said = |t: &Timeline| {
+            text(t, &judge(t))
+                .lines()
+                .find(|l| l.contains("granted ttl"))
+                .unwrap()
+                .to_owned()
+        };
+        t.granted_ttl = Some(t.requested_ttl * 2);
+        assert!(
+            said(&t).ends_with("(raised by the backend)"),
+            "{}",
+            said(&t)
+        );
+        t.granted_ttl = Some(t.requested_ttl / 2);
+        assert!(
+            said(&t).ends_with("(lowered by the backend)"),
+            "{}",
+            said(&t)
+        );
+        t.granted_ttl = Some(t.requested_ttl);
+        assert!(said(&t).ends_with(" ms"), "{}", said(&t));
     }
 
     #[test]

@@ -80,7 +80,13 @@ impl Lease for RedlockLease {
                 break;
             }
         }
-        let mut reason = format!("only {confirmed} of {n} confirmed ({quorum} needed)");
+        // The round stops as soon as a quorum is out of reach: masters still to answer are not
+        // counted either way.
+        let mut reason = format!(
+            "{} of the {n} masters could not confirm it, so no quorum of {quorum} can \
+             ({confirmed} confirmed)",
+            gone + failures.len()
+        );
         if gone > 0 {
             reason.push_str(&format!("; {gone} no longer hold it"));
         }

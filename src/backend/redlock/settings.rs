@@ -118,7 +118,7 @@ async fn refuse_one_server_twice(masters: &[HostPort]) -> Result<(), BackendErro
     for (i, addresses) in reached.iter().enumerate() {
         for (before, earlier) in reached[..i].iter().enumerate() {
             if let Some(shared) = addresses.iter().find(|a| earlier.contains(a)) {
-                return Err(BackendError::Unsupported(format!(
+                return Err(BackendError::Misconfigured(format!(
                     "redlock masters {} and {} are the same server (both reach {shared}): each \
                      of the N masters must be a server of its own",
                     masters[before].with_default(DEFAULT_PORT),
