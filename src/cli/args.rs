@@ -247,8 +247,8 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Break-glass: drop NAME's holder(s) on a networked backend; each is told at once, stops
-    /// its command and exits 76.
+    /// Break-glass: drop NAME's holder(s) on a networked backend; each is told at once (on
+    /// DynamoDB, at its next renewal), stops its command and exits 76.
     ///
     /// The next waiter may start at once. What a forced release cannot do: stop a holder that
     /// cannot be reached (paused, cut off) before its next renewal fails — until then its command

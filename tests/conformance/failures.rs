@@ -252,7 +252,8 @@ pub fn a_command_that_ends_while_lockrun_is_frozen_past_its_lease_is_a_lost_leas
 
 /// Guards against `release --force` leaving a semaphore's holders running until their next
 /// renewal (with a 30 s lease, the revocation must be pushed: every command stops within 1 s,
-/// exit 76; a backend that cannot push stops them at their next renewal, within `--renew`), and
+/// exit 76; a backend that cannot push stops them at their next renewal, within `--renew`, and
+/// says so rather than "told at once"), and
 /// against the tokens after it falling back. A kernel lock cannot be broken: the
 /// release says so, naming a holder, and both keep the lock.
 pub fn forced_release_stops_every_holder_at_once<F: Fixture>() {
@@ -279,6 +280,12 @@ pub fn forced_release_stops_every_holder_at_once<F: Fixture>() {
     };
     if F::FORCE_RELEASE {
         assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+        // The release says which: told at once, or stopped at the next renewal.
+        let said = match F::PUSHED_REVOCATION {
+            true => "each is told to stop",
+            false => "at its next renewal",
+        };
+        assert!(text(&out.stderr).contains(said), "{}", text(&out.stderr));
         for holder in &mut holders {
             let pid = holder.child_pid();
             let stopped = wait_before(released + notice, || !alive(pid));

@@ -132,6 +132,12 @@ impl Inspect for Link {
         )))
     }
 
+    /// A holder learns of it only when its next renewal finds its entry gone: nothing on the
+    /// table can be waited on.
+    fn pushes_revocation(&self) -> bool {
+        false
+    }
+
     async fn claim_interval(
         &self,
         name: &LockName,
