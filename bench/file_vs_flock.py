@@ -32,6 +32,7 @@ a tool failing, or the build failing. This is not a test and is never run by `ca
 from __future__ import annotations
 
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -74,6 +75,22 @@ def bench_bare_true(iters: int) -> float:
         benchlib.run_ok([TRUE])
         xs.append((time.perf_counter_ns() - start) / 1e6)
     return median(xs)
+
+
+def startup_order_matched(binary: Path) -> str:
+    """How many names of tools/startup-order.txt the binary defines: the list decays as code on
+    the run's path changes (fat LTO renumbers local symbols), and with it the run's page faults
+    and RSS; a low share means `python3 tools/startup_order.py` wants running again."""
+    order = Path(__file__).resolve().parent.parent / "tools" / "startup-order.txt"
+    try:
+        listed = set(order.read_text().split())
+        found = subprocess.run(["nm", str(binary)], capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return "startup order: not checked (no nm, or no list)"
+    defined = {line.split()[-1] for line in found.stdout.splitlines() if line.strip()}
+    matched = len(listed & defined)
+    advice = "" if matched >= 0.9 * len(listed) else " -- regenerate: python3 tools/startup_order.py"
+    return f"startup order: {matched} of {len(listed)} listed functions found in the binary{advice}"
 
 
 def main() -> int:
@@ -141,6 +158,7 @@ def main() -> int:
         ("contention ratio", cont_ratio <= TARGET_RATIO),
         ("lockrun RSS", mib(rss["lockrun"]) <= TARGET_RSS_MIB),
     ]
+    print(startup_order_matched(binary))
     print("targets: " + ", ".join(f"{name} {'PASS' if ok else 'MISS'}"
                                   for name, ok in verdicts)
           + (", counters FAIL (LOST UPDATE)" if lost else ", counters ok"))
