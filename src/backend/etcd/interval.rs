@@ -8,8 +8,9 @@
 //! sent again because its first answer was lost finds the key on its own lease: that is a claim.
 //! Leases count in whole seconds, so the interval is rounded up, and etcd raises a lease shorter
 //! than its minimum (about 1.5 election timeouts, 2 s at its default timing). A new leader
-//! restarts every lease's countdown, so after an election the interval can last up to an election
-//! timeout longer: the error is always towards "too soon", never towards a second run. How long
+//! restarts every lease's countdown from its full length (unless the cluster checkpoints leases),
+//! so after an election the interval can last up to one whole interval longer: the error is
+//! always towards "too soon", never towards a second run. How long
 //! ago a key was made is its lease's granted TTL minus what it has left, which etcd gives in whole
 //! seconds: a run that finds the key within a second of its interval asks again until the seconds
 //! tell (or the key is gone), rather than being refused a second past its interval. A run's look
