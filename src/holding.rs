@@ -1,11 +1,12 @@
 //! The run form: acquire NAME (saying who holds it while waiting), check that the lease just won
 //! still has its safety window ahead and that `--min-interval` allows a run (looked at before
-//! joining the line too), start the command with its token, and keep the lease while it runs.
+//! joining the line too), check the window again if that took a while, start the command with its
+//! token, and keep the lease while it runs.
 
 use std::time::Duration;
 
 use crate::backend::{
-    AcquireRequest, Acquired, Backend, HolderInfo, IntervalClaim, Lease, has_secret,
+    AcquireRequest, Acquired, Backend, Grant, HolderInfo, IntervalClaim, Lease, has_secret,
 };
 use crate::clock::{BootInstant, BootTimer};
 use crate::config::RunConfig;
@@ -58,7 +59,7 @@ pub async fn run(config: RunConfig) -> Result<u8, Error> {
         // A lease whose answer came too late (a slow reply path) must not be used: the server may
         // already have expired it and handed it on.
         if let Some(ttl) = grant.ttl
-            && BootInstant::now() >= timing.stop_at(grant.sent_at + ttl)
+            && !still_usable(&grant, &timing, BootInstant::now())
         {
             let late = BootInstant::now().saturating_since(grant.sent_at);
             release_unused(lease).await;
@@ -114,7 +115,28 @@ pub async fn run(config: RunConfig) -> Result<u8, Error> {
         release_unused(lease).await;
         return Err(e);
     }
+    // The claim may have taken long (a slow server, or etcd settling a run right at its
+    // interval's end): the command starts only while the lease's safety window is still ahead.
+    if let Some(ttl) = grant.ttl
+        && !still_usable(&grant, &timing, BootInstant::now())
+    {
+        release_unused(lease).await;
+        return Err(Error::LeaseLost(format!(
+            "the lease on {} came too close to its end while --min-interval was checked ({} after it was asked for, against a {} lease); the command was not started",
+            config.name,
+            duration(BootInstant::now().saturating_since(grant.sent_at)),
+            duration(ttl)
+        )));
+    }
     run_command(lease, timing, &config, &mut signals, standby, timer).await
+}
+
+/// Whether a lease granted as `grant` may still start the command at `now`: the point where the
+/// supervisor would stop the command unless a renewal confirmed the lease is still ahead.
+fn still_usable(grant: &Grant, timing: &Timing, now: BootInstant) -> bool {
+    grant
+        .ttl
+        .is_none_or(|ttl| now < timing.stop_at(grant.sent_at + ttl))
 }
 
 /// Waits for the lease, printing who holds it every `--progress`, until it is held, the wait
@@ -388,5 +410,36 @@ fn secret_variables() -> Vec<String> {
     match secret {
         true => vec![KEY.to_owned()],
         false => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_is_usable_until_the_supervisors_stop_point_and_a_kernel_lock_always() {
+        let timing = Timing::new(Duration::from_secs(3), None, None).unwrap();
+        let sent_at = BootInstant::now();
+        let mut grant = Grant {
+            token: 1,
+            slot: 0,
+            ttl: Some(Duration::from_secs(3)),
+            sent_at,
+        };
+        let stop = timing.stop_at(sent_at + Duration::from_secs(3));
+        assert!(still_usable(&grant, &timing, sent_at));
+        assert!(still_usable(
+            &grant,
+            &timing,
+            stop.saturating_sub(Duration::from_millis(1))
+        ));
+        assert!(!still_usable(&grant, &timing, stop));
+        grant.ttl = None;
+        assert!(still_usable(
+            &grant,
+            &timing,
+            stop + Duration::from_secs(60)
+        ));
     }
 }
