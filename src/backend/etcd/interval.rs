@@ -10,12 +10,13 @@
 //! than its minimum (about 1.5 election timeouts, 2 s at its default timing). A new leader
 //! restarts every lease's countdown from its full length (unless the cluster checkpoints leases),
 //! so after an election the interval can last up to one whole interval longer: the error is
-//! always towards "too soon", never towards a second run. How long
-//! ago a key was made is its lease's granted TTL minus what it has left, which etcd gives in whole
-//! seconds: a run that finds the key within a second of its interval asks again until the seconds
-//! tell (or the key is gone), rather than being refused a second past its interval. A run's look
-//! before it waits reads the key and, when there is one, its lease's time to live, and skips only
-//! when the seconds clearly say too soon.
+//! always towards "too soon", never towards a second run.
+//!
+//! How long ago a key was made is its lease's granted TTL minus what it has left, which etcd gives
+//! in whole seconds: a run that finds the key within a second of its interval asks again until the
+//! seconds tell (or the key is gone), rather than being refused a second past its interval. A
+//! run's look before it waits reads the key and, when there is one, its lease's time to live, and
+//! skips only when the seconds clearly say too soon.
 //!
 //! Runs of a name may pass different intervals: the key lives as long as the interval of the run
 //! that made it. A run with a shorter interval that finds it older than its own interval takes
