@@ -4,6 +4,9 @@
 //! checked for its password carries one, in any of the forms a password can take (`user:pw@`,
 //! `pw@` without a scheme, `?password=`), with the characters that break URLs around it.
 
+use std::path::Path;
+
+use crate::support::certs::Certificates;
 use crate::support::lockrun::{lockrun, output};
 use crate::support::scene::Scene;
 use crate::support::wait::{code, text};
@@ -315,5 +318,83 @@ fn a_redlock_master_named_twice_under_two_names_is_a_usage_error() {
         assert!(stderr.contains("same server"), "{args:?}: {stderr}");
         assert!(!stderr.contains(PASSWORD), "{args:?} leaked: {stderr}");
         assert!(!marker.exists(), "{args:?} ran the command");
+    }
+}
+
+/// Guards against a TLS file that holds no certificate (or a `key=` without a key) being found
+/// only at the handshake, as an unreachable backend (69), or blamed on the system: PostgreSQL
+/// said "no trusted certificate authority … pass sslrootcert=PATH" for an `sslrootcert=` file
+/// that held none. Each is a usage error (64) in one line naming its option, and nothing runs.
+/// Certificates made by `openssl` pass the check: those runs get as far as connecting to a
+/// loopback port nobody serves (69).
+#[test]
+fn tls_files_that_hold_no_certificate_or_key_are_usage_errors() {
+    let env = Scene::file();
+    let marker = env.path("ran");
+    let garbage = env.path("garbage.pem");
+    std::fs::write(&garbage, "not a certificate\n").unwrap();
+    let urls = |ca: &Path, cert: &Path, key: &Path| {
+        let (ca, cert, key) = (ca.display(), cert.display(), key.display());
+        [
+            (
+                "cacert",
+                format!("etcd://u:{PASSWORD}@127.0.0.1:1?cacert={ca}"),
+            ),
+            (
+                "cert",
+                format!("etcd://127.0.0.1:1?cacert={ca}&cert={cert}&key={key}"),
+            ),
+            (
+                "sslrootcert",
+                format!(
+                    "postgres://u:{PASSWORD}@127.0.0.1:1/db?sslmode=verify-full&sslrootcert={ca}"
+                ),
+            ),
+            (
+                "ssl-ca",
+                format!("mysql://u:{PASSWORD}@127.0.0.1:1/db?ssl-mode=VERIFY_CA&ssl-ca={ca}"),
+            ),
+        ]
+    };
+    let run = |url: &str| {
+        let touch = marker.to_str().unwrap();
+        output(lockrun().args(["--backend", url, "--name", "x", "--", "touch", touch]))
+    };
+    for (option, url) in urls(&garbage, &garbage, &garbage) {
+        let out = run(&url);
+        let stderr = text(&out.stderr);
+        assert_eq!(code(&out), 64, "{url}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{url}: {stderr}");
+        assert!(
+            stderr.contains(&format!("{option}= file")),
+            "{url}: {stderr}"
+        );
+        assert!(!stderr.contains(PASSWORD), "{url} leaked: {stderr}");
+        assert!(!marker.exists(), "{url} ran the command");
+    }
+    let Some(certs) = Certificates::if_openssl() else {
+        return;
+    };
+    let (ca, cert, key) = (
+        certs.file("ca.crt"),
+        certs.file("server.crt"),
+        certs.file("server.key"),
+    );
+    let out = run(&format!(
+        "etcd://127.0.0.1:1?cacert={}&cert={}&key={}",
+        ca.display(),
+        cert.display(),
+        garbage.display()
+    ));
+    assert_eq!(code(&out), 64, "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("key= file"),
+        "{}",
+        text(&out.stderr)
+    );
+    for (_, url) in urls(&ca, &cert, &key) {
+        let out = run(&url);
+        assert_eq!(code(&out), 69, "{url}: {}", text(&out.stderr));
+        assert!(!marker.exists(), "{url} ran the command");
     }
 }

@@ -16,6 +16,7 @@ mod first_contact;
 mod first_use;
 mod inspect;
 mod mysql;
+mod pem_files;
 mod postgres;
 mod redis;
 mod redlock;

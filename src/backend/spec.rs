@@ -165,7 +165,8 @@ impl BackendSpec {
         !self.settings().secrets().is_empty()
     }
 
-    /// Checks that every local file the URL names can be read; the error is a usage message.
+    /// Checks that every local file the URL names can be read and holds what its option takes
+    /// (PEM certificates or a key); the error is a usage message.
     pub fn check_files(&self) -> Result<(), String> {
         for (option, path) in self.settings().files() {
             if path.as_os_str().is_empty() {
@@ -179,6 +180,9 @@ impl BackendSpec {
                     path.display(),
                     crate::messages::io(&e)
                 ));
+            }
+            if let Some(problem) = super::pem_files::problem(option, path) {
+                return Err(problem);
             }
         }
         Ok(())
