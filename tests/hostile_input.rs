@@ -289,12 +289,20 @@ fn secret_options_and_credentials_that_are_not_utf8_are_refused_without_the_secr
                 .args(["--backend", &url, "--name", "x", "--", "touch"])
                 .arg(&marker),
         );
-        let stderr = text(&out.stderr);
-        assert_eq!(code(&out), 64, "{url}: {stderr}");
-        assert_eq!(stderr.lines().count(), 1, "{url}: {stderr}");
-        assert!(!stderr.contains(PASSWORD), "{url} leaked: {stderr}");
-        assert!(!marker.exists(), "{url} ran the command");
+        assert_refused(&out, &url, "", &marker);
     }
+}
+
+/// Asserts that `out` (of a run of `what`) is a usage error (64) in one line that names
+/// `naming` and not [`PASSWORD`], and that the command, which would have made `marker`, never
+/// ran.
+fn assert_refused(out: &std::process::Output, what: &str, naming: &str, marker: &Path) {
+    let stderr = text(&out.stderr);
+    assert_eq!(code(out), 64, "{what}: {stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{what}: {stderr}");
+    assert!(stderr.contains(naming), "{what}: {stderr}");
+    assert!(!stderr.contains(PASSWORD), "{what} leaked: {stderr}");
+    assert!(!marker.exists(), "{what} ran the command");
 }
 
 /// Guards against a Redlock URL that names one server twice (`localhost` and `127.0.0.1` on one
@@ -312,12 +320,7 @@ fn a_redlock_master_named_twice_under_two_names_is_a_usage_error() {
         vec!["status", "x"],
     ] {
         let out = output(lockrun().args(["--backend", &url]).args(&args));
-        let stderr = text(&out.stderr);
-        assert_eq!(code(&out), 64, "{args:?}: {stderr}");
-        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
-        assert!(stderr.contains("same server"), "{args:?}: {stderr}");
-        assert!(!stderr.contains(PASSWORD), "{args:?} leaked: {stderr}");
-        assert!(!marker.exists(), "{args:?} ran the command");
+        assert_refused(&out, &format!("{args:?}"), "same server", &marker);
     }
 }
 
@@ -361,16 +364,7 @@ fn tls_files_that_hold_no_certificate_or_key_are_usage_errors() {
         output(lockrun().args(["--backend", url, "--name", "x", "--", "touch", touch]))
     };
     for (option, url) in urls(&garbage, &garbage, &garbage) {
-        let out = run(&url);
-        let stderr = text(&out.stderr);
-        assert_eq!(code(&out), 64, "{url}: {stderr}");
-        assert_eq!(stderr.lines().count(), 1, "{url}: {stderr}");
-        assert!(
-            stderr.contains(&format!("{option}= file")),
-            "{url}: {stderr}"
-        );
-        assert!(!stderr.contains(PASSWORD), "{url} leaked: {stderr}");
-        assert!(!marker.exists(), "{url} ran the command");
+        assert_refused(&run(&url), &url, &format!("{option}= file"), &marker);
     }
     let Some(certs) = Certificates::if_openssl() else {
         return;
