@@ -386,7 +386,25 @@ fn tls_files_that_hold_no_certificate_or_key_are_usage_errors() {
         "{}",
         text(&out.stderr)
     );
-    for (_, url) in urls(&ca, &cert, &key) {
+    // The MySQL driver also reads a CA file that is one DER certificate.
+    let der = certs.file("ca.der");
+    let converted = std::process::Command::new("openssl")
+        .args(["x509", "-outform", "der", "-in"])
+        .arg(&ca)
+        .arg("-out")
+        .arg(&der)
+        .status()
+        .unwrap();
+    assert!(converted.success());
+    let der_url = format!(
+        "mysql://u@127.0.0.1:1/db?ssl-mode=VERIFY_CA&ssl-ca={}",
+        der.display()
+    );
+    for url in urls(&ca, &cert, &key)
+        .into_iter()
+        .map(|(_, url)| url)
+        .chain([der_url])
+    {
         let out = run(&url);
         assert_eq!(code(&out), 69, "{url}: {}", text(&out.stderr));
         assert!(!marker.exists(), "{url} ran the command");

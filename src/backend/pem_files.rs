@@ -1,13 +1,16 @@
 //! The PEM files a backend URL names for TLS (`cacert=`, `cert=`, `key=`, `sslrootcert=`,
-//! `ssl-ca=`), read before anything connects: a file that holds no certificate, or a
-//! certificate that does not parse, or a `key=` without a private key, is a usage error naming
-//! the option and the file, instead of a handshake failure (exit 69) or, worse, a message
-//! blaming the system's certificate store.
+//! `ssl-ca=`, which may also be one DER certificate), read before anything connects: a file that
+//! holds no certificate, or a certificate that does not parse, or a `key=` without a private key,
+//! is a usage error naming the option and the file, instead of a handshake failure (exit 69) or,
+//! worse, a message blaming the system's certificate store.
 
 use std::path::Path;
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+/// The option whose file may also be one DER certificate (the MySQL driver takes either).
+const DER_TOO: &str = "ssl-ca";
 
 /// What is wrong with the file `path` that option `option` names, if anything: `key` must hold a
 /// private key; any other option a CA bundle or a client certificate, every certificate in it
@@ -31,6 +34,16 @@ pub fn problem(option: &str, path: &Path) -> Option<String> {
             ));
         }
     };
+    if certificates.is_empty() && option == DER_TOO {
+        // One DER certificate, the whole file, as the MySQL driver also reads it.
+        let whole = std::fs::read(path).unwrap_or_default();
+        return rustls::RootCertStore::empty()
+            .add(CertificateDer::from(whole))
+            .err()
+            .map(|_| {
+                format!("the {option}= file {shown} of --backend holds no PEM or DER certificate")
+            });
+    }
     if certificates.is_empty() {
         return Some(format!(
             "the {option}= file {shown} of --backend holds no PEM certificate"
@@ -67,6 +80,8 @@ mod tests {
         let garbled = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
         let err = problem_with("ssl-ca", garbled).unwrap();
         assert!(err.contains("does not parse"), "{err}");
+        let err = problem_with("ssl-ca", "not a certificate\n").unwrap();
+        assert!(err.contains("no PEM or DER certificate"), "{err}");
         let err = problem_with("key", garbled).unwrap();
         assert!(
             err.contains("key= file") && err.contains("no private key"),
