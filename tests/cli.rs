@@ -411,6 +411,34 @@ fn the_command_line_overrides_the_environment_for_exclusive_options() {
     assert_eq!(code(&out), 0, "{}", text(&out.stderr));
 }
 
+/// Guards against `LOCKRUN_VERBOSE` refusing the words every other switch variable takes
+/// (`true`, `yes`, `on` were "invalid digit found in string", exit 64): they mean one `-v`, a
+/// count still counts, and the negative words mean none.
+#[test]
+fn lockrun_verbose_takes_a_switchs_words_or_a_count() {
+    let env = Scene::file();
+    let verbose = |value: &str| {
+        let out = output(
+            env.cmd(["--name", "v", "--", "true"])
+                .env("LOCKRUN_VERBOSE", value),
+        );
+        assert_eq!(code(&out), 0, "{value}: {}", text(&out.stderr));
+        text(&out.stderr)
+    };
+    for word in ["true", "yes", "On"] {
+        assert!(verbose(word).contains("acquired v"), "{word}");
+    }
+    assert!(verbose("2").contains("started the command"));
+    for word in ["0", "off", "no"] {
+        assert_eq!(verbose(word), "", "{word}");
+    }
+    let out = output(
+        env.cmd(["--name", "v", "--", "true"])
+            .env("LOCKRUN_VERBOSE", "loud"),
+    );
+    assert_eq!(code(&out), 64, "{}", text(&out.stderr));
+}
+
 /// Guards against free text and valid names that clap would take for options: a note and a name
 /// may start with `-`.
 #[test]

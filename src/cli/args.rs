@@ -103,7 +103,14 @@ pub struct Cli {
     pub quiet: bool,
 
     /// Print more: acquisition, token, renewals (repeat for more).
-    #[arg(short, long, env = "LOCKRUN_VERBOSE", global = true, action = ArgAction::Count)]
+    #[arg(
+        short,
+        long,
+        env = "LOCKRUN_VERBOSE",
+        global = true,
+        action = ArgAction::Count,
+        value_parser = verbosity
+    )]
     pub verbose: u8,
 
     /// The options whose value came from their `LOCKRUN_*` variable, as (`--flag`, variable):
@@ -295,4 +302,16 @@ pub enum Command {
 /// The clap command, for generating completions and the man page.
 pub fn command() -> clap::Command {
     Cli::command()
+}
+
+/// `LOCKRUN_VERBOSE`: how many `-v` (`2` is `-vv`), or a switch's words (`true`, `yes`, `on` are
+/// one `-v`; `false`, `no`, `off` none), as every other `LOCKRUN_*` switch takes them.
+fn verbosity(value: &str) -> Result<u8, String> {
+    match value.to_ascii_lowercase().as_str() {
+        "true" | "yes" | "on" => Ok(1),
+        "false" | "no" | "off" => Ok(0),
+        count => count
+            .parse()
+            .map_err(|_| "use a count (1, 2) or true/false, yes/no, on/off".to_owned()),
+    }
 }
