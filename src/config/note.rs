@@ -15,12 +15,6 @@ type Env<'a> = &'a dyn Fn(&str) -> Option<String>;
 enum JobUrl {
     /// Whole, in one variable.
     Variable(&'static str),
-    /// Whole, in a variable whose name is too common to tell the CI system by (Jenkins'
-    /// `BUILD_URL`): read only when the system's own marker variable is set too.
-    Marked {
-        url: &'static str,
-        marker: &'static str,
-    },
     /// In pieces: server, repository and run id.
     GitHubActions,
 }
@@ -30,7 +24,6 @@ impl JobUrl {
     fn read(&self, env: Env<'_>) -> Option<String> {
         match self {
             JobUrl::Variable(key) => env(key),
-            JobUrl::Marked { url, marker } => env(marker).and(env(url)),
             JobUrl::GitHubActions => Some(format!(
                 "{}/{}/actions/runs/{}",
                 env("GITHUB_SERVER_URL")?.trim_end_matches('/'),
@@ -41,19 +34,15 @@ impl JobUrl {
     }
 }
 
-/// The CI systems lockrun recognizes, by name, in the order they are tried.
+/// The CI systems lockrun recognizes, by name, in the order they are tried. Jenkins' `BUILD_URL`
+/// comes last: its name is common enough that another CI system's job may carry one too, and
+/// that system's own variable is then the job's URL.
 const CI_SYSTEMS: [(&str, JobUrl); 5] = [
     ("GitHub Actions", JobUrl::GitHubActions),
     ("GitLab CI", JobUrl::Variable("CI_JOB_URL")),
     ("Buildkite", JobUrl::Variable("BUILDKITE_BUILD_URL")),
-    (
-        "Jenkins",
-        JobUrl::Marked {
-            url: "BUILD_URL",
-            marker: "JENKINS_URL",
-        },
-    ),
     ("CircleCI", JobUrl::Variable("CIRCLE_BUILD_URL")),
+    ("Jenkins", JobUrl::Variable("BUILD_URL")),
 ];
 
 /// The note to store: `given`, made fit, or the CI job's URL from `env`. A blank `--note ""` is
@@ -132,21 +121,19 @@ mod tests {
                 &[("BUILDKITE_BUILD_URL", "https://bk/b/2")],
                 "https://bk/b/2",
             ),
-            (
-                &[
-                    ("JENKINS_URL", "https://jk/"),
-                    ("BUILD_URL", "https://jk/job/3/"),
-                ],
-                "https://jk/job/3/",
-            ),
+            (&[("BUILD_URL", "https://jk/job/3/")], "https://jk/job/3/"),
             (&[("CIRCLE_BUILD_URL", "https://cc/4")], "https://cc/4"),
         ];
         for (pairs, url) in cases {
             assert_eq!(resolve(None, &env_of(pairs)).as_deref(), Some(url));
         }
         assert_eq!(resolve(None, &env_of(&[("GITHUB_RUN_ID", "1")])), None);
-        // A BUILD_URL outside Jenkins is some other tool's.
-        assert_eq!(resolve(None, &env_of(&[("BUILD_URL", "https://x/")])), None);
+        // Another CI system's job that also carries a BUILD_URL is that system's.
+        let both = env_of(&[
+            ("BUILD_URL", "https://x/"),
+            ("CI_JOB_URL", "https://gl/j/5"),
+        ]);
+        assert_eq!(resolve(None, &both).as_deref(), Some("https://gl/j/5"));
         // An explicit note wins.
         let given = resolve(Some("mine".into()), &env_of(&[("CI_JOB_URL", "x")]));
         assert_eq!(given.as_deref(), Some("mine"));

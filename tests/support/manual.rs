@@ -252,9 +252,9 @@ const CHILD_ENVIRONMENT: &[(&str, &str)] = &[
         "Given to the command: its semaphore slot, 0 to N-1 with --limit N (0 for a shared holder).",
     ),
     (
-        "GITHUB_SERVER_URL, GITHUB_REPOSITORY, GITHUB_RUN_ID, CI_JOB_URL, BUILDKITE_BUILD_URL, JENKINS_URL, BUILD_URL, CIRCLE_BUILD_URL",
-        "Read without --note: the URL of the CI job (GitHub Actions, GitLab CI, Buildkite, Jenkins \
-         — BUILD_URL with JENKINS_URL set —, CircleCI) becomes the holder's note.",
+        "GITHUB_SERVER_URL, GITHUB_REPOSITORY, GITHUB_RUN_ID, CI_JOB_URL, BUILDKITE_BUILD_URL, CIRCLE_BUILD_URL, BUILD_URL",
+        "Read without --note: the URL of the CI job (GitHub Actions, GitLab CI, Buildkite, \
+         CircleCI, and last Jenkins' BUILD_URL) becomes the holder's note.",
     ),
     (
         "PGHOST, PGPORT, PGUSER, PGDATABASE, PGPASSWORD, PGSSLMODE, PGSSLROOTCERT, PGPASSFILE",
