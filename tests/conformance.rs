@@ -56,6 +56,7 @@ macro_rules! conformance {
             modes::min_interval_skips_at_once_behind_a_recent_run,
             modes::min_interval_is_each_runs_own,
             modes::min_interval_lets_a_run_through_just_past_it,
+            modes::shared_never_holds_beside_an_exclusive_limit_holder,
             runs::timeout_stops_the_command_with_124_and_frees_the_lock,
             runs::progress_names_the_holder_and_the_place_in_line,
             runs::the_ci_jobs_url_is_the_note,

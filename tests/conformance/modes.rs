@@ -338,6 +338,47 @@ pub fn min_interval_lets_a_run_through_just_past_it<F: Fixture>() {
     );
 }
 
+/// Guards against a reader beside a writer when a name's exclusive runs pass `--limit`: a
+/// `--shared` run (Redis and Redlock looked only at slot 0, as a run of limit 1) got in beside an
+/// exclusive holder of slot 1, and an exclusive `--limit 2` run must not get in beside a reader.
+pub fn shared_never_holds_beside_an_exclusive_limit_holder<F: Fixture>() {
+    if F::SHARED_MISSES_LIMIT_SLOTS {
+        return;
+    }
+    let fx = F::start();
+    let s = Scene::new(fx.url());
+    let limit = ["--limit", "3", "--ttl", F::TTL];
+    let mut first = s.hold("mix", "a", &limit);
+    let mut second = s.hold("mix", "b", &limit);
+    assert_eq!(code(&first.finish()), 0);
+    let reader = s.run([
+        "--name",
+        "mix",
+        "--shared",
+        "-n",
+        "--ttl",
+        F::TTL,
+        "--",
+        "true",
+    ]);
+    assert_eq!(code(&reader), 75, "a reader beside the holder of slot 1");
+    assert_eq!(code(&second.finish()), 0);
+    let mut reader = s.hold("mix", "r", &["--shared", "--ttl", F::TTL]);
+    let writer = s.run([
+        "--name",
+        "mix",
+        "--limit",
+        "2",
+        "-n",
+        "--ttl",
+        F::TTL,
+        "--",
+        "true",
+    ]);
+    assert_eq!(code(&writer), 75, "a writer of limit 2 beside a reader");
+    assert_eq!(code(&reader.finish()), 0);
+}
+
 /// Guards against a fleet cron whose runs queue up behind a long job only to skip once they get
 /// the lock: a run that finds NAME ran within the interval skips at once, while the holder still
 /// runs.

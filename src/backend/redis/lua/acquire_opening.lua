@@ -48,6 +48,21 @@ if #expired > 0 then
   redis.call('ZREMRANGEBYSCORE', readers, '-inf', int(now_ms))
 end
 
+-- Whether an exclusive holder holds a slot at or past this caller's limit: one that asked for a
+-- larger --limit (the largest is in the meta hash). A shared caller (limit 1) must not enter
+-- beside it. Those slots' keys are named as slot 0's (KEYS[9], ending in 0), in the name's hash
+-- slot like every key the script touches.
+local function held_beyond_limit()
+  local known = tonumber(redis.call('HGET', meta, 'limit') or '0')
+  local prefix = string.sub(KEYS[9], 1, -2)
+  for k = limit, known - 1 do
+    if redis.call('EXISTS', prefix .. k) == 1 then
+      return true
+    end
+  end
+  return false
+end
+
 -- Whether it is this caller's turn to take a hold, first come first served: an exclusive
 -- contender takes a free slot when no shared holder remains and fewer waiters are ahead of it
 -- than slots are free; a shared contender enters when no exclusive holder holds and no exclusive
@@ -62,7 +77,7 @@ local function my_turn(ticket, rank, free, nreaders)
     else
       writers_ahead = redis.call('ZCARD', xqueue)
     end
-    return #free == limit and writers_ahead == 0
+    return #free == limit and writers_ahead == 0 and not held_beyond_limit()
   end
   local place = rank or redis.call('ZCARD', queue)
   return nreaders == 0 and place < #free
