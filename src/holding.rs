@@ -58,24 +58,17 @@ pub async fn run(config: RunConfig) -> Result<u8, Error> {
             .map_or(config.timing, |ttl| config.timing.for_granted(ttl));
         // A lease whose answer came too late (a slow reply path) must not be used: the server may
         // already have expired it and handed it on.
-        if let Some(ttl) = grant.ttl
-            && !still_usable(&grant, &timing, BootInstant::now())
-        {
-            let late = BootInstant::now().saturating_since(grant.sent_at);
+        if let Some(late) = too_late(&grant, &timing, BootInstant::now()) {
             release_unused(lease).await;
             if request.expired() {
                 return Err(Error::LeaseLost(format!(
-                    "the lease on {} was granted too late to use ({} after it was asked for, against a {} lease), and --wait ran out",
-                    config.name,
-                    duration(late),
-                    duration(ttl)
+                    "the lease on {} was granted too late to use ({late}), and --wait ran out",
+                    config.name
                 )));
             }
             crate::warn!(
-                "the lease on {} was granted too late to use ({} after it was asked for, against a {} lease); asking again",
-                config.name,
-                duration(late),
-                duration(ttl)
+                "the lease on {} was granted too late to use ({late}); asking again",
+                config.name
             );
             // The backend answers (too slowly): a try that now gets no answer at all is an
             // outage to ride out within --wait, not an unreachable backend.
@@ -117,26 +110,28 @@ pub async fn run(config: RunConfig) -> Result<u8, Error> {
     }
     // The claim may have taken long (a slow server, or etcd settling a run right at its
     // interval's end): the command starts only while the lease's safety window is still ahead.
-    if let Some(ttl) = grant.ttl
-        && !still_usable(&grant, &timing, BootInstant::now())
-    {
+    if let Some(late) = too_late(&grant, &timing, BootInstant::now()) {
         release_unused(lease).await;
         return Err(Error::LeaseLost(format!(
-            "the lease on {} came too close to its end while --min-interval was checked ({} after it was asked for, against a {} lease); the command was not started",
-            config.name,
-            duration(BootInstant::now().saturating_since(grant.sent_at)),
-            duration(ttl)
+            "the lease on {} came too close to its end while --min-interval was checked ({late}); the command was not started",
+            config.name
         )));
     }
     run_command(lease, timing, &config, &mut signals, standby, timer).await
 }
 
-/// Whether a lease granted as `grant` may still start the command at `now`: the point where the
-/// supervisor would stop the command unless a renewal confirmed the lease is still ahead.
-fn still_usable(grant: &Grant, timing: &Timing, now: BootInstant) -> bool {
-    grant
-        .ttl
-        .is_none_or(|ttl| now < timing.stop_at(grant.sent_at + ttl))
+/// Why a lease granted as `grant` may no longer start the command at `now` ("Xs after it was
+/// asked for, against a Ys lease"): the point where the supervisor would stop the command unless
+/// a renewal confirmed the lease is behind. `None` while it is ahead, and always for a kernel lock.
+fn too_late(grant: &Grant, timing: &Timing, now: BootInstant) -> Option<String> {
+    let ttl = grant.ttl?;
+    (now >= timing.stop_at(grant.sent_at + ttl)).then(|| {
+        format!(
+            "{} after it was asked for, against a {} lease",
+            duration(now.saturating_since(grant.sent_at)),
+            duration(ttl)
+        )
+    })
 }
 
 /// Waits for the lease, printing who holds it every `--progress`, until it is held, the wait
@@ -428,18 +423,14 @@ mod tests {
             sent_at,
         };
         let stop = timing.stop_at(sent_at + Duration::from_secs(3));
-        assert!(still_usable(&grant, &timing, sent_at));
-        assert!(still_usable(
+        let usable = |grant: &Grant, at| too_late(grant, &timing, at).is_none();
+        assert!(usable(&grant, sent_at));
+        assert!(usable(
             &grant,
-            &timing,
             stop.saturating_sub(Duration::from_millis(1))
         ));
-        assert!(!still_usable(&grant, &timing, stop));
+        assert!(!usable(&grant, stop));
         grant.ttl = None;
-        assert!(still_usable(
-            &grant,
-            &timing,
-            stop + Duration::from_secs(60)
-        ));
+        assert!(usable(&grant, stop + Duration::from_secs(60)));
     }
 }
