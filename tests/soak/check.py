@@ -8,7 +8,9 @@ Exit status 0 only if no check found a violation (1 otherwise, 2 if the log is u
 The log directory of one backend holds (all times are CLOCK_REALTIME microseconds on one host):
 
   meta.json          {"backend": ..., "url": ..., "ttl_ms": granted TTL, "workers": W,
-                      "fault_kinds": the kinds the chaos loop was configured to inject, ...}
+                      "fault_kinds": the kinds the chaos loop was configured to inject,
+                      "faults_ended": when the chaos loop had stopped and undone every fault
+                      (the workers then ran on for a while without faults), ...}
   sections.*.log     written by the critical sections themselves (one file per worker), lines
                        S RUN PID PGID TOKEN T0             first action: who am I, my token
                        R RUN TOKEN T STATUS VALUE          after the fenced read's reply
@@ -57,6 +59,9 @@ The invariants (each breach is counted as a violation, by kind):
                      invariant 8, nothing outlives a dead lockrun, grandchildren included
   not-own-group      the child was not the leader of its own process group
   nothing-ran        no critical section completed (the soak proved nothing)
+  no-recovery        sections completed, but none that started after the faults ended (or the
+                     log does not say when they did): the lock did not come back once the
+                     faults were over, which is a liveness failure no fault excuses
   fault-not-injected a fault kind configured for this backend (meta.json "fault_kinds") was
                      never injected, or the log does not say which kinds were configured: a
                      chaos loop that did nothing proves nothing either
@@ -356,8 +361,17 @@ def check_dir(logdir: Path) -> Report:
                             f"no {kind} fault was injected (configured: {', '.join(configured)})")
 
     completed = sum(1 for s in sections.values() if s.ended)
+    ended = meta.get("faults_ended")
+    after = sorted(s.t0 for s in sections.values() if s.ended and isinstance(ended, int)
+                   and s.t0 >= ended)
     if completed == 0:
         rep.violate("nothing-ran", "no critical section completed")
+    elif not isinstance(ended, int):
+        rep.violate("no-recovery", f"meta.json does not say when the faults ended "
+                                   f"({ended!r}): cannot tell whether the lock came back")
+    elif not after:
+        rep.violate("no-recovery", "no critical section that started after the faults ended "
+                                   "completed: the lock did not come back")
     rep.counts = {
         "runs": len(runs),
         "sections started / completed": f"{len(sections)} / {completed}",
@@ -369,6 +383,8 @@ def check_dir(logdir: Path) -> Report:
         "final counter": final["value"] if final is not None else "(missing)",
         "stale ops rejected by the store": (f"{sum(rejected.values())} (reads {rejected['R']}, "
                                             f"writes {rejected['W']})"),
+        "after the faults: first section started":
+            f"{(after[0] - ended) / 1e6:.2f} s later" if after else "never",
     }
     if final is None:
         rep.violate("lost-update", "store.final.json is missing: the final counter is unknown")

@@ -32,6 +32,11 @@ this script on free loopback ports in a temporary directory, as the benchmarks i
     soak in which a configured kind never fired.
   * After every lockrun exits, its worker checks /proc for processes of the child's group that are
     still alive (and not dying).
+  * When the chaos stops (every pause undone, the server up), the workers go on until a section
+    that started after that moment completes, for up to RECOVERY_TTLS leases (at least
+    RECOVERY_MIN seconds): the lock must come back once the faults are over, whatever they left
+    behind (a killed holder's session, a waiter SIGSTOPped in the line). meta.json then records
+    the moment ("faults_ended"), and the checker fails a soak in which nothing ran after it.
 
 Run (Python 3.11 standard library only, Linux only; bash, redis-server, etcd, PostgreSQL,
 mariadb-server, Debian's zookeeper jar with a JRE, and dynalite as scripts/test.sh installs it):
@@ -106,6 +111,11 @@ def fault_mix(networked: bool, quorum: bool = False) -> list[tuple[str, int]]:
             return not quorum
         return quorum or kind not in QUORUM_FAULTS
     return [(kind, weight) for kind, weight in FAULTS if applies(kind)]
+# After the chaos: how long the workers may take to complete a section (the lock must come back).
+# A killed holder's lease lasts up to a TTL, and a server restarted just before the end may give
+# every session it restores a whole TTL again (ZooKeeper does).
+RECOVERY_TTLS = 5
+RECOVERY_MIN = 10.0
 CI_SECONDS = 10  # per backend with --ci (5 backends: 50 s of soak, plus start-up and drain)
 
 SECTION = r"""# lockrun soak critical section (bash). Args: RUN LOG STORE_PORT WORK_SECONDS
@@ -577,13 +587,22 @@ def wait_stopped(pid: int, timeout: float = 1.0) -> None:
 
 
 def children_of(pid: int) -> list[int]:
+    """The command a lockrun started, if any: its children but its watchdog (`lockrun-watch`,
+    which a waiter forks too, so a child alone does not make a holder)."""
     kids: list[int] = []
     for path in glob.glob(f"/proc/{pid}/task/*/children"):
         try:
             kids += [int(x) for x in Path(path).read_text().split()]
         except OSError:
             pass
-    return kids
+    return [kid for kid in kids if comm(kid) != "lockrun-watch"]
+
+
+def comm(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return None
 
 
 # ------------------------------------------------------------------------------------------------
@@ -605,7 +624,10 @@ class Soak:
         self.running: dict[int, tuple[str, int]] = {}  # worker -> (run, lockrun pid)
         self.paused: set[int] = set()  # lockrun pids the chaos has stopped
         self.paused_groups: dict[int, list[int]] = {}  # lockrun pid -> its paused child groups
-        self.stop = threading.Event()
+        self.stop = threading.Event()  # the workers stop (after the recovery)
+        self.calm = threading.Event()  # the chaos loop stops
+        self.faults_ended: int | None = None  # when it had, every fault undone (µs)
+        self.recovered = threading.Event()  # a section started after that has completed
         self.faults = open(logdir / "faults.jsonl", "w")
         self.runs = open(logdir / "runs.jsonl", "w")
         self.fault_count: Counter = Counter()
@@ -642,6 +664,7 @@ class Soak:
         except Exception as e:  # a harness failure must not pass as a quiet, smaller soak
             self.errors.append(f"worker {w}: {e!r}")
             self.stop.set()
+            self.calm.set()
 
     def work(self, w: int) -> None:
         log = self.logdir / f"sections.w{w}.log"
@@ -677,6 +700,8 @@ class Soak:
                 parts = line.split()
                 if len(parts) >= 4 and parts[0] == "S" and parts[1] == run:
                     pgid = int(parts[3]) if parts[3].isdigit() else None
+                if len(parts) >= 8 and parts[0] == "E" and self.after_faults(parts[3]):
+                    self.recovered.set()
             survivors = group_survivors(pgid, run)
             # A lockrun killed by a signal leaves its command's tree to the watchdog, which stops
             # it a moment later (invariant 8); and the watchdog itself (`lockrun-watch`, a fork
@@ -692,6 +717,15 @@ class Soak:
                     "status": code, "pgid": pgid, "leftover": survivors}) + "\n")
             if code == 69:  # the server is down (being restarted): do not spin
                 time.sleep(0.1)
+
+    def after_faults(self, stamp: str) -> bool:
+        """Whether a section's start ($EPOCHREALTIME) came after the faults had ended."""
+        with self.lock:
+            ended = self.faults_ended
+        try:
+            return ended is not None and round(float(stamp) * 1e6) >= ended
+        except ValueError:
+            return False  # a torn line
 
     # -- chaos -----------------------------------------------------------------------------------
 
@@ -747,6 +781,7 @@ class Soak:
         """On an interrupt: wake and kill every lockrun (their children die with them), so
         nothing is left stopped or running."""
         self.stop.set()
+        self.calm.set()
         with self.lock:
             for groups in self.paused_groups.values():
                 for kid in groups:
@@ -767,7 +802,7 @@ class Soak:
         kinds = [kind for kind, _ in self.fault_mix]
         weights = [weight for _, weight in self.fault_mix]
         due = deque(kinds)  # the first round: each kind once (see FAULTS)
-        while not self.stop.wait(self.rng.uniform(*(FIRST_ROUND_GAP if due else GAP))):
+        while not self.calm.wait(self.rng.uniform(*(FIRST_ROUND_GAP if due else GAP))):
             first_round = bool(due)
             kind = due.popleft() if first_round else self.rng.choices(kinds, weights)[0]
             try:
@@ -775,6 +810,7 @@ class Soak:
             except Exception as e:  # Broken (a server that did not come back), or a bug
                 self.errors.append(f"chaos {kind}: {e}")
                 self.stop.set()
+                self.calm.set()
                 break
             if done in due:
                 due.remove(done)
@@ -806,7 +842,7 @@ class Soak:
             # A holder is between sections only briefly: wait a little for one to pause.
             deadline = time.monotonic() + (ttl if patient else 0.5)
             while (kind == "pause-holder" and (target is None or not target[2])
-                   and time.monotonic() < deadline and not self.stop.is_set()):
+                   and time.monotonic() < deadline and not self.calm.is_set()):
                 time.sleep(0.01)
                 target = self.pick(holders_first=True)
             if target is None:
@@ -886,10 +922,10 @@ class Soak:
     def run(self) -> float:
         self.ttl_ms = self.probe_ttl()
         self.store = FencedStore(self.logdir)
-        (self.logdir / "meta.json").write_text(json.dumps({
-            "backend": self.backend.kind, "url": self.backend.url(), "ttl_ms": self.ttl_ms,
-            "workers": self.workers, "seconds": self.seconds, "binary": self.binary,
-            "fault_kinds": [kind for kind, _ in self.fault_mix]}) + "\n")
+        meta = {"backend": self.backend.kind, "url": self.backend.url(), "ttl_ms": self.ttl_ms,
+                "workers": self.workers, "seconds": self.seconds, "binary": self.binary,
+                "fault_kinds": [kind for kind, _ in self.fault_mix]}
+        (self.logdir / "meta.json").write_text(json.dumps(meta) + "\n")
         print(f"soak {self.backend.kind}: {self.workers} workers x {self.seconds:g} s on "
               f"{self.backend.url()}, granted TTL {self.ttl_ms} ms, logs in {self.logdir}",
               file=sys.stderr)
@@ -902,8 +938,15 @@ class Soak:
         chaos.start()
         try:
             self.stop.wait(self.seconds)
-            self.stop.set()
+            self.calm.set()
             chaos.join()  # every pause is undone, the server is up
+            with self.lock:
+                self.faults_ended = now_us()
+            meta["faults_ended"] = self.faults_ended
+            (self.logdir / "meta.json").write_text(json.dumps(meta) + "\n")
+            if not self.stop.is_set():  # (a harness error ends the soak at once)
+                self.recovered.wait(max(RECOVERY_MIN, RECOVERY_TTLS * self.ttl_ms / 1000))
+            self.stop.set()
             # End promptly: SIGTERM every lockrun (a waiter gives up, exit 143; a holder
             # forwards it to its command's group and exits 143 too: one more path checked).
             with self.lock:

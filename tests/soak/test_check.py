@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import json
 import sys
 import tempfile
@@ -41,6 +42,8 @@ class Log:
         # first section (a test about the chaos itself changes these).
         self.fault_kinds: list[str] | None = ["kill-lockrun"]
         self.kill_waiter("w9.0", t=T - 1_000_000)
+        # ...and the faults ended before the first section (None: the log does not say).
+        self.faults_ended: int | None = T - 500_000
 
     def op(self, op: str, run: str, token: int, t: int, new: int | None = None,
            force: bool | None = None) -> bool:
@@ -99,6 +102,8 @@ class Log:
         meta = {"backend": "synthetic", "ttl_ms": 1000}
         if self.fault_kinds is not None:
             meta["fault_kinds"] = self.fault_kinds
+        if self.faults_ended is not None:
+            meta["faults_ended"] = self.faults_ended
         (d / "meta.json").write_text(json.dumps(meta))
         (d / "sections.w0.log").write_text("".join(s + "\n" for s in self.sections))
         for name, rows in (("runs", self.runs), ("faults", self.faults),
@@ -363,6 +368,21 @@ class SoakCheckTest(unittest.TestCase):
                          "status": 69, "pgid": None, "leftover": []})
         self.assertViolation(self.check(log), "nothing-ran")
 
+    def test_a_lock_that_never_comes_back_after_the_faults_fails(self) -> None:
+        log = clean_log()  # sections at T, T + 0.1 s, ... T + 0.4 s
+        log.faults_ended = T + 400_000  # the last one started then: it counts
+        self.assertEqual(self.check(log).total_violations, 0)
+        log.faults_ended = T + 400_001
+        self.assertViolation(self.check(log), "no-recovery")
+        log.faults_ended = None
+        self.assertViolation(self.check(log), "no-recovery")
+
+    def test_a_section_cut_short_after_the_faults_is_no_recovery(self) -> None:
+        log = clean_log()
+        log.faults_ended = T + 450_000
+        log.section("w0.9", token=20, start=T + 500_000, complete=False, status=143)
+        self.assertViolation(self.check(log), "no-recovery")
+
     def test_command_line_exit_status(self) -> None:
         broken = clean_log()
         broken.final = {"value": 0, "max": 0}
@@ -398,7 +418,7 @@ class ChaosScheduleTest(unittest.TestCase):
         chaos.fault_mix = soak.fault_mix(networked=True)
         chaos.ttl_ms = 2000
         chaos.rng = random.Random(7)
-        chaos.stop = threading.Event()
+        chaos.calm = threading.Event()
         chaos.resumers = []
         chaos.errors = []
         tried: list[tuple[str, bool]] = []
@@ -406,7 +426,7 @@ class ChaosScheduleTest(unittest.TestCase):
         def inject(kind: str, ttl: float, patient: bool = False) -> str | None:
             tried.append((kind, patient))
             if len(tried) == 40:
-                chaos.stop.set()
+                chaos.calm.set()
             if kind == "pause-holder" and len(tried) == 1:
                 return "stop-lockrun"  # no holder yet: it paused a waiter instead
             if kind == "kill-lockrun" and len(tried) == 2:
@@ -457,6 +477,25 @@ class GroupProbeTest(unittest.TestCase):
             except ProcessLookupError:
                 pass
             p.wait()
+
+    def test_a_lockruns_watchdog_is_not_its_command(self) -> None:
+        """A waiter forks its watchdog too: the chaos must not take it for a holder's command."""
+        import shutil
+        import subprocess
+
+        import soak
+        with tempfile.TemporaryDirectory() as tmp:
+            watchdog = Path(tmp) / "lockrun-watch"  # the name the kernel shows, as prctl sets
+            shutil.copy(shutil.which("sleep"), watchdog)
+            procs = [subprocess.Popen([str(watchdog), "30"]), subprocess.Popen(["sleep", "30"])]
+            try:
+                kids = soak.children_of(os.getpid())
+                self.assertIn(procs[1].pid, kids)
+                self.assertNotIn(procs[0].pid, kids)
+            finally:
+                for p in procs:
+                    p.kill()
+                    p.wait()
 
 
 if __name__ == "__main__":
