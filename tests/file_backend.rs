@@ -672,3 +672,48 @@ fn a_look_at_a_missing_state_directory_creates_nothing() {
     assert_eq!(code(&out), 0, "{}", text(&out.stderr));
     assert!(missing.is_dir(), "a run creates it");
 }
+
+/// Guards against a reader beside a writer of `--limit` 2 when both try at the same instant:
+/// readers share slot 0's lock, a writer may take slot 1, and only their marks (see the backend's
+/// `modes`) keep them apart. Racing `--no-wait` runs of both kinds, the log of their sections
+/// never shows a reader beside a writer, nor more than two writers.
+#[test]
+fn racing_readers_and_limit_writers_never_meet() {
+    let s = Scene::file();
+    let mut loops = Vec::new();
+    for (mode, options) in [("r", "--shared"), ("w", "--limit 2")]
+        .iter()
+        .cycle()
+        .take(6)
+    {
+        let section = format!("echo + {mode} >> log; sleep 0.005; echo - {mode} >> log");
+        let script = format!(
+            "for i in $(seq 25); do \"$0\" --backend '{url}' --name mix -n {options} -- sh -c '{section}'; sleep 0.0$((i % 3)); done; exit 0",
+            url = s.url()
+        );
+        let mut cmd = std::process::Command::new("sh");
+        crate::support::lockrun::scrub(&mut cmd);
+        cmd.args(["-c", &script, BIN]).current_dir(s.dir());
+        cmd.stderr(std::process::Stdio::null());
+        loops.push(Proc::spawn(&mut cmd));
+    }
+    for run in &mut loops {
+        assert_eq!(code(&run.wait(Duration::from_secs(120))), 0);
+    }
+    let log = std::fs::read_to_string(s.path("log")).unwrap();
+    let (mut readers, mut writers, mut ran) = (0i32, 0i32, [0, 0]);
+    for line in log.lines() {
+        match line {
+            "+ r" => (readers, ran[0]) = (readers + 1, ran[0] + 1),
+            "+ w" => (writers, ran[1]) = (writers + 1, ran[1] + 1),
+            "- r" => readers -= 1,
+            "- w" => writers -= 1,
+            other => panic!("unexpected log line {other:?}"),
+        }
+        assert!(
+            !(readers > 0 && writers > 0) && writers <= 2,
+            "{readers} readers beside {writers} writers at {line:?} in\n{log}"
+        );
+    }
+    assert!(ran[0] > 0 && ran[1] > 0, "one kind never ran: {ran:?}");
+}

@@ -59,7 +59,6 @@ impl Fixture for FileDir {
     const FORCE_RELEASE: bool = false;
     const FIFO: bool = false;
     const SERVER_CLOCK: bool = false;
-    const SHARED_MISSES_LIMIT_SLOTS: bool = true;
 
     fn start() -> Self {
         FileDir::new()

@@ -55,9 +55,6 @@ pub trait Fixture: Reachable + Sized {
     const FIFO: bool = true;
     /// The backend has a clock that `lockrun drill` can compare with the host's.
     const SERVER_CLOCK: bool = true;
-    /// A known gap, not a capability: a `--shared` run can hold beside an exclusive holder of a
-    /// `--limit` slot past slot 0 (the file backend: its readers share slot 0's lock only).
-    const SHARED_MISSES_LIMIT_SLOTS: bool = false;
 
     /// The longest `--min-interval INTERVAL` may keep a name from running again on this backend:
     /// the interval itself, where the backend reads a fine clock.

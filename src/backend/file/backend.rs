@@ -13,15 +13,18 @@ use async_trait::async_trait;
 
 use super::lease::{FileLease, HolderRecord, RecordPlace};
 use super::line::{self, Line, Place, Verdict};
+use super::modes::{Marked, ModeMark};
 use super::probe::Wanted;
 use super::retry::{self, Patience, Stopped};
 use super::state_dir::StateDir;
 use super::wakeup::Wakeup;
 use super::{fence, paths};
 use crate::backend::{
-    AcquireRequest, Acquired, Backend, BackendError, Cancel, Grant, HolderInfo, Inspect, Mode,
+    AcquireRequest, Acquired, Backend, BackendError, Cancel, Grant, HolderInfo, Inspect, MAX_LIMIT,
+    Mode,
 };
 use crate::clock::{BootInstant, BootTimer};
+use crate::name::LockName;
 
 /// How often a waiter looks again without being woken, in case a change went unreported (a lock
 /// released by a process that had its file open read-only).
@@ -44,6 +47,14 @@ const TOKEN_RETRY: Duration = Duration::from_millis(1);
 /// The `file://` backend.
 pub struct FileBackend {
     pub(super) dir: Arc<StateDir>,
+}
+
+/// A slot's lock file, just locked by this process, with the holder's mark (see `modes`).
+struct SlotLock {
+    slot: u32,
+    name: String,
+    file: File,
+    mark: Option<ModeMark>,
 }
 
 /// What a try for the lock came to, a lease still as this backend's own (so that a waiter can
@@ -94,9 +105,10 @@ impl FileBackend {
     }
 
     /// One try for the lock, without waiting for it: a free slot (exclusive), or a share of slot
-    /// 0 — then `Held`; `Busy` when there is none; `Cancelled` if `cancel` resolved while the
-    /// slot taken waited for its token. Slot files are opened one at a time, so a large `--limit`
-    /// needs few descriptors.
+    /// 0 — then `Held`; `Busy` when there is none, or when readers and an exclusive holder past
+    /// slot 0 would meet (see `modes`); `Cancelled` if `cancel` resolved while the slot taken
+    /// waited for its token. Slot files are opened one at a time, so a large `--limit` needs few
+    /// descriptors.
     async fn try_take(
         &self,
         request: &AcquireRequest,
@@ -116,9 +128,18 @@ impl FileBackend {
             };
             match locked {
                 Ok(()) => {
-                    let held = self
-                        .hold(request, slot, name, file, sent_at, cancel)
-                        .await?;
+                    let mark = match ModeMark::take(&self.dir, &request.name, request.mode, slot)? {
+                        Marked::Alone(mark) => mark,
+                        // Every slot left is past slot 0 too.
+                        Marked::OtherSideHolds => return Ok(Took::Not(Acquired::Busy)),
+                    };
+                    let lock = SlotLock {
+                        slot,
+                        name,
+                        file,
+                        mark,
+                    };
+                    let held = self.hold(request, lock, sent_at, cancel).await?;
                     return Ok(held.map_or(Took::Not(Acquired::Cancelled), Took::Held));
                 }
                 Err(TryLockError::WouldBlock) => continue,
@@ -128,7 +149,8 @@ impl FileBackend {
         Ok(Took::Not(Acquired::Busy))
     }
 
-    /// Issues the token and records the holder on a lock this process has just taken; `None` if
+    /// Issues the token and records the holder on a lock this process has just taken (which
+    /// keeps its mark, if any, for as long as it holds); `None` if
     /// `cancel` resolved first. Another holder of the name (with `--limit` or `--shared`) holds
     /// the token counter for an instant as it takes its own token, or for as long as it was
     /// paused there: the token is then tried again every [`TOKEN_RETRY`], without blocking the
@@ -136,12 +158,16 @@ impl FileBackend {
     async fn hold(
         &self,
         request: &AcquireRequest,
-        slot: u32,
-        lock_name: String,
-        lock: File,
+        lock: SlotLock,
         sent_at: BootInstant,
         cancel: &mut Cancel<'_>,
     ) -> io::Result<Option<FileLease>> {
+        let SlotLock {
+            slot,
+            name: lock_name,
+            file: lock,
+            mark,
+        } = lock;
         let fence_file = paths::fence_file(&request.name);
         let patience = Patience {
             every: TOKEN_RETRY,
@@ -182,7 +208,7 @@ impl FileBackend {
             },
         };
         let dir = Arc::clone(&self.dir);
-        FileLease::new(dir, lock_name, lock, place, grant, &record).map(Some)
+        FileLease::new(dir, lock_name, lock, mark, place, grant, &record).map(Some)
     }
 
     /// Waits in line for the lock: until it is held, the deadline passes, a newer `--supersede`
@@ -197,7 +223,12 @@ impl FileBackend {
             Ok(place) => Some(place),
             Err(ended) => return Ok(ended),
         };
-        let slot_names: HashSet<String> = (0..request.limit)
+        let slots = match request.mode {
+            Mode::Exclusive => request.limit,
+            // Exclusive holders of any slot keep a reader out (see `modes`).
+            Mode::Shared => self.slots_in_use(&request.name)?,
+        };
+        let slot_names: HashSet<String> = (0..slots)
             .map(|k| paths::slot_file(&request.name, k))
             .collect();
         let slot_wanted = match request.mode {
@@ -220,6 +251,16 @@ impl FileBackend {
             }
             Took::Not(acquired) => Ok(acquired),
         }
+    }
+
+    /// How many of `name`'s slots have a lock file: every exclusive run that took slot K opened
+    /// slots 0 to K first, and lock files are never removed.
+    fn slots_in_use(&self, name: &LockName) -> io::Result<u32> {
+        let mut slots = 1;
+        while slots < MAX_LIMIT && self.dir.file_id(&paths::slot_file(name, slots))?.is_some() {
+            slots += 1;
+        }
+        Ok(slots)
     }
 
     /// Joins `line`, trying again every [`JOIN_RETRY`] while another process holds the ticket

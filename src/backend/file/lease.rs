@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+use super::modes::ModeMark;
 use super::state_dir::{FileId, StateDir};
 use crate::backend::{
     BackendError, Grant, HolderInfo, Lease, Released, RenewError, Renewal, Revocation,
@@ -99,6 +100,8 @@ pub struct FileLease {
     lock_name: String,
     /// Holds the `flock`; read-only.
     lock: File,
+    /// A reader's or a holder past slot 0's mark (see `modes`), let go before the lock.
+    mark: Option<ModeMark>,
     /// Read-write; closed last.
     bell: File,
     id: FileId,
@@ -119,12 +122,13 @@ pub enum RecordPlace {
 }
 
 impl FileLease {
-    /// A holder: `lock` holds a `flock` (exclusive or shared) on `lock_name`; `record` is written
-    /// to `place`.
+    /// A holder: `lock` holds a `flock` (exclusive or shared) on `lock_name`, with `mark` if it
+    /// needs one; `record` is written to `place`.
     pub fn new(
         dir: Arc<StateDir>,
         lock_name: String,
         lock: File,
+        mark: Option<ModeMark>,
         place: RecordPlace,
         grant: Grant,
         record: &HolderRecord,
@@ -148,6 +152,7 @@ impl FileLease {
             dir,
             lock_name,
             lock,
+            mark,
             bell,
             id,
             record,
@@ -225,9 +230,9 @@ impl Lease for FileLease {
         }
     }
 
-    /// Drops what waited for the command's start, blanks the record, lets go of the lock, then
-    /// closes the read-write descriptor, which wakes the waiters. A lock file removed or replaced
-    /// since the last look makes the release find the lease already gone.
+    /// Drops what waited for the command's start and the mark, blanks the record, lets go of the
+    /// lock, then closes the read-write descriptor, which wakes the waiters. A lock file removed
+    /// or replaced since the last look makes the release find the lease already gone.
     ///
     /// The lock is let go explicitly (`LOCK_UN`), not by closing its descriptor: the watchdog,
     /// forked after the lock was taken, holds copies of lockrun's descriptors until it first
@@ -238,6 +243,7 @@ impl Lease for FileLease {
         let still_ours = matches!(self.dir.file_id(&self.lock_name), Ok(Some(id)) if id == self.id);
         let FileLease {
             lock,
+            mark,
             bell,
             record,
             lock_name,
@@ -246,6 +252,8 @@ impl Lease for FileLease {
             ..
         } = *self;
         drop(later);
+        // The mark first: a waiter that the lock's release wakes must not find it still there.
+        drop(mark);
         let cleared = match record {
             RecordFile::InLockFile(len) => blank(&bell, len),
             RecordFile::Own { dir, name, file } => {
@@ -331,6 +339,7 @@ mod tests {
             Arc::clone(&dir),
             "n.lock".into(),
             lock,
+            None,
             RecordPlace::LockFile,
             grant,
             &record(None),

@@ -11,6 +11,8 @@
 //!   `line`; with `floor`, below which every ticket is gone); `a%b.tickets` — the counter that
 //!   numbers tickets.
 //! - `a%b.interval` — when the name last ran, for `--min-interval` (see `interval`).
+//! - `a%b.modes` — where `--shared` holders and exclusive holders of slots past 0 mark themselves
+//!   with record locks, so that the two never hold together (see `modes`).
 
 mod backend;
 mod fence;
@@ -18,6 +20,7 @@ mod inspect;
 mod interval;
 mod lease;
 mod line;
+mod modes;
 mod paths;
 mod probe;
 mod proc_locks;

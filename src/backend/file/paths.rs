@@ -43,6 +43,12 @@ pub fn ticket_counter(name: &LockName) -> String {
     format!("{}.tickets", stem(name))
 }
 
+/// The file in which `--shared` holders and exclusive holders past slot 0 mark themselves (see
+/// `modes`).
+pub fn modes_file(name: &LockName) -> String {
+    format!("{}.modes", stem(name))
+}
+
 /// The record of when the name last ran (`--min-interval`).
 pub fn interval_file(name: &LockName) -> String {
     format!("{}.interval", stem(name))

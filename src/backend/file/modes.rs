@@ -1,0 +1,185 @@
+//! Keeping `--shared` holders apart from exclusive holders of the slots past 0. A reader holds a
+//! share of slot 0's `flock`, which keeps out an exclusive holder of slot 0 only: an exclusive run
+//! of `--limit` 2 or more may take slot 1 and up. So each of these two also marks itself in the
+//! name's `NAME.modes` file — an open-file-description record lock (`F_OFD_SETLK`) reading one
+//! byte: byte 0 for readers, byte 1 for exclusive holders past slot 0 — and, once its mark is in
+//! place, asks the kernel whether the other side's byte could be locked for writing
+//! (`F_OFD_GETLK`, which places nothing, so a look disturbs nobody's try). Of two runs that mark
+//! at once, the later to look sees the earlier; a run that sees the other side lets go of its
+//! mark and its slot and finds the lock busy. A dead holder's mark goes with its descriptor.
+//!
+//! Record locks and `flock` locks are independent on Linux: the marks never touch a slot's lock.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::AsFd;
+
+use nix::errno::Errno;
+use nix::fcntl::{FcntlArg, fcntl};
+
+use super::paths;
+use super::state_dir::StateDir;
+use crate::backend::Mode;
+use crate::name::LockName;
+
+/// Which of the two kinds of holder that must not meet a run is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Side {
+    /// A `--shared` holder (of slot 0).
+    Reader,
+    /// An exclusive holder of a slot past 0.
+    PastSlotZero,
+}
+
+impl Side {
+    /// The side a holder of `slot` in `mode` is on; `None` for an exclusive holder of slot 0,
+    /// whose `flock` alone keeps readers out.
+    fn of(mode: Mode, slot: u32) -> Option<Side> {
+        match (mode, slot) {
+            (Mode::Shared, _) => Some(Side::Reader),
+            (Mode::Exclusive, 0) => None,
+            (Mode::Exclusive, _) => Some(Side::PastSlotZero),
+        }
+    }
+
+    /// The byte of the modes file that marks this side.
+    fn byte(self) -> i64 {
+        match self {
+            Side::Reader => 0,
+            Side::PastSlotZero => 1,
+        }
+    }
+
+    fn other(self) -> Side {
+        match self {
+            Side::Reader => Side::PastSlotZero,
+            Side::PastSlotZero => Side::Reader,
+        }
+    }
+}
+
+/// What came of marking a new holder.
+pub enum Marked {
+    /// The mark, to keep for as long as the lock is held (`None`: this holder needs none).
+    Alone(Option<ModeMark>),
+    /// The other side holds the name: let go of the slot, the lock is busy.
+    OtherSideHolds,
+}
+
+/// A holder's mark in the modes file; let go when dropped.
+pub struct ModeMark {
+    file: File,
+}
+
+impl ModeMark {
+    /// Marks a holder that has just taken `slot` of `name` in `mode`, then looks for the other
+    /// side.
+    pub fn take(dir: &StateDir, name: &LockName, mode: Mode, slot: u32) -> io::Result<Marked> {
+        let Some(side) = Side::of(mode, slot) else {
+            return Ok(Marked::Alone(None));
+        };
+        let file_name = paths::modes_file(name);
+        let file = dir.open_read(&file_name)?;
+        let mark = byte_lock(libc::F_RDLCK, side.byte());
+        match fcntl(file.as_fd(), FcntlArg::F_OFD_SETLK(&mark)) {
+            Ok(_) => {}
+            // Only a foreign process's write lock can refuse a read lock here.
+            Err(Errno::EAGAIN | Errno::EACCES) => return Ok(Marked::OtherSideHolds),
+            Err(e) => return Err(dir.named(&file_name, e.into())),
+        }
+        let marked = ModeMark { file };
+        let mut probe = byte_lock(libc::F_WRLCK, side.other().byte());
+        fcntl(marked.file.as_fd(), FcntlArg::F_OFD_GETLK(&mut probe))
+            .map_err(|e| dir.named(&file_name, e.into()))?;
+        Ok(match i32::from(probe.l_type) {
+            libc::F_UNLCK => Marked::Alone(Some(marked)),
+            _ => Marked::OtherSideHolds,
+        })
+    }
+}
+
+impl Drop for ModeMark {
+    /// Lets go explicitly, not by the close alone: a descriptor copied into a fork (the
+    /// watchdog, until it closes its copies) would keep an open-file-description lock.
+    fn drop(&mut self) {
+        let _ = fcntl(
+            self.file.as_fd(),
+            FcntlArg::F_OFD_SETLK(&byte_lock(libc::F_UNLCK, 0)),
+        );
+    }
+}
+
+/// A record lock of `kind` on byte `byte` (`F_UNLCK` at 0: the whole file, as `l_len` 0 reaches
+/// its end).
+fn byte_lock(kind: i32, byte: i64) -> libc::flock {
+    // SAFETY: `flock` is a plain C struct, for which all-zero bytes are a valid value.
+    let mut lock: libc::flock = unsafe { std::mem::zeroed() };
+    lock.l_type = kind as libc::c_short;
+    lock.l_whence = libc::SEEK_SET as libc::c_short;
+    lock.l_start = byte;
+    lock.l_len = match kind {
+        libc::F_UNLCK => 0,
+        _ => 1,
+    };
+    lock
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn name() -> LockName {
+        LockName::parse("mix").unwrap()
+    }
+
+    fn alone(marked: Marked) -> Option<ModeMark> {
+        match marked {
+            Marked::Alone(mark) => mark,
+            Marked::OtherSideHolds => panic!("the other side was seen"),
+        }
+    }
+
+    #[test]
+    fn readers_share_and_holders_past_slot_zero_share() {
+        let (_tmp, dir) = StateDir::temporary();
+        let _a = alone(ModeMark::take(&dir, &name(), Mode::Shared, 0).unwrap());
+        let _b = alone(ModeMark::take(&dir, &name(), Mode::Shared, 0).unwrap());
+        let (_tmp, dir) = StateDir::temporary();
+        let _c = alone(ModeMark::take(&dir, &name(), Mode::Exclusive, 1).unwrap());
+        let _d = alone(ModeMark::take(&dir, &name(), Mode::Exclusive, 2).unwrap());
+    }
+
+    #[test]
+    fn a_reader_and_a_holder_past_slot_zero_never_both_mark() {
+        let (_tmp, dir) = StateDir::temporary();
+        let reader = alone(ModeMark::take(&dir, &name(), Mode::Shared, 0).unwrap());
+        assert!(matches!(
+            ModeMark::take(&dir, &name(), Mode::Exclusive, 1).unwrap(),
+            Marked::OtherSideHolds
+        ));
+        // Slot 0's exclusive holder needs no mark: its flock keeps the readers out.
+        assert!(alone(ModeMark::take(&dir, &name(), Mode::Exclusive, 0).unwrap()).is_none());
+        drop(reader);
+        let writer = alone(ModeMark::take(&dir, &name(), Mode::Exclusive, 1).unwrap());
+        assert!(matches!(
+            ModeMark::take(&dir, &name(), Mode::Shared, 0).unwrap(),
+            Marked::OtherSideHolds
+        ));
+        drop(writer);
+        assert!(alone(ModeMark::take(&dir, &name(), Mode::Shared, 0).unwrap()).is_some());
+    }
+
+    #[test]
+    fn a_backed_off_mark_is_let_go() {
+        let (_tmp, dir) = StateDir::temporary();
+        let reader = alone(ModeMark::take(&dir, &name(), Mode::Shared, 0).unwrap());
+        // The writer's mark was placed, then dropped on seeing the reader: once the reader goes,
+        // another reader is not kept out by it.
+        assert!(matches!(
+            ModeMark::take(&dir, &name(), Mode::Exclusive, 1).unwrap(),
+            Marked::OtherSideHolds
+        ));
+        drop(reader);
+        assert!(alone(ModeMark::take(&dir, &name(), Mode::Shared, 0).unwrap()).is_some());
+    }
+}
