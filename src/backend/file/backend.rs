@@ -149,12 +149,11 @@ impl FileBackend {
         Ok(Took::Not(Acquired::Busy))
     }
 
-    /// Issues the token and records the holder on a lock this process has just taken (which
-    /// keeps its mark, if any, for as long as it holds); `None` if
-    /// `cancel` resolved first. Another holder of the name (with `--limit` or `--shared`) holds
-    /// the token counter for an instant as it takes its own token, or for as long as it was
-    /// paused there: the token is then tried again every [`TOKEN_RETRY`], without blocking the
-    /// runtime's thread.
+    /// Issues the token and records the holder on a lock this process has just taken (its mark,
+    /// if any, kept for as long as the lease); `None` if `cancel` resolved first. Another holder
+    /// of the name (with `--limit` or `--shared`) holds the token counter for an instant as it
+    /// takes its own token, or for as long as it was paused there: the token is then tried again
+    /// every [`TOKEN_RETRY`], without blocking the runtime's thread.
     async fn hold(
         &self,
         request: &AcquireRequest,

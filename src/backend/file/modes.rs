@@ -128,58 +128,43 @@ fn byte_lock(kind: i32, byte: i64) -> libc::flock {
 mod tests {
     use super::*;
 
-    fn name() -> LockName {
-        LockName::parse("mix").unwrap()
-    }
-
-    fn alone(marked: Marked) -> Option<ModeMark> {
-        match marked {
-            Marked::Alone(mark) => mark,
-            Marked::OtherSideHolds => panic!("the other side was seen"),
+    /// A mark for a holder of `slot` in `mode`: `Ok(mark)` (`None` if it needs none), or `Err`
+    /// when the other side was seen.
+    fn take(dir: &StateDir, mode: Mode, slot: u32) -> Result<Option<ModeMark>, ()> {
+        let name = LockName::parse("mix").unwrap();
+        match ModeMark::take(dir, &name, mode, slot).unwrap() {
+            Marked::Alone(mark) => Ok(mark),
+            Marked::OtherSideHolds => Err(()),
         }
     }
 
     #[test]
     fn readers_share_and_holders_past_slot_zero_share() {
         let (_tmp, dir) = StateDir::temporary();
-        let _a = alone(ModeMark::take(&dir, &name(), Mode::Shared, 0).unwrap());
-        let _b = alone(ModeMark::take(&dir, &name(), Mode::Shared, 0).unwrap());
+        let readers = [take(&dir, Mode::Shared, 0), take(&dir, Mode::Shared, 0)];
+        assert!(readers.iter().all(|r| matches!(r, Ok(Some(_)))));
         let (_tmp, dir) = StateDir::temporary();
-        let _c = alone(ModeMark::take(&dir, &name(), Mode::Exclusive, 1).unwrap());
-        let _d = alone(ModeMark::take(&dir, &name(), Mode::Exclusive, 2).unwrap());
+        let writers = [
+            take(&dir, Mode::Exclusive, 1),
+            take(&dir, Mode::Exclusive, 2),
+        ];
+        assert!(writers.iter().all(|w| matches!(w, Ok(Some(_)))));
     }
 
     #[test]
     fn a_reader_and_a_holder_past_slot_zero_never_both_mark() {
         let (_tmp, dir) = StateDir::temporary();
-        let reader = alone(ModeMark::take(&dir, &name(), Mode::Shared, 0).unwrap());
-        assert!(matches!(
-            ModeMark::take(&dir, &name(), Mode::Exclusive, 1).unwrap(),
-            Marked::OtherSideHolds
-        ));
+        let reader = take(&dir, Mode::Shared, 0);
+        assert!(take(&dir, Mode::Exclusive, 1).is_err());
         // Slot 0's exclusive holder needs no mark: its flock keeps the readers out.
-        assert!(alone(ModeMark::take(&dir, &name(), Mode::Exclusive, 0).unwrap()).is_none());
+        assert!(matches!(take(&dir, Mode::Exclusive, 0), Ok(None)));
         drop(reader);
-        let writer = alone(ModeMark::take(&dir, &name(), Mode::Exclusive, 1).unwrap());
-        assert!(matches!(
-            ModeMark::take(&dir, &name(), Mode::Shared, 0).unwrap(),
-            Marked::OtherSideHolds
-        ));
+        // The writer that backed off let go of its mark, or it would keep this reader out.
+        assert!(matches!(take(&dir, Mode::Shared, 0), Ok(Some(_))));
+        let writer = take(&dir, Mode::Exclusive, 1);
+        assert!(matches!(writer, Ok(Some(_))));
+        assert!(take(&dir, Mode::Shared, 0).is_err());
         drop(writer);
-        assert!(alone(ModeMark::take(&dir, &name(), Mode::Shared, 0).unwrap()).is_some());
-    }
-
-    #[test]
-    fn a_backed_off_mark_is_let_go() {
-        let (_tmp, dir) = StateDir::temporary();
-        let reader = alone(ModeMark::take(&dir, &name(), Mode::Shared, 0).unwrap());
-        // The writer's mark was placed, then dropped on seeing the reader: once the reader goes,
-        // another reader is not kept out by it.
-        assert!(matches!(
-            ModeMark::take(&dir, &name(), Mode::Exclusive, 1).unwrap(),
-            Marked::OtherSideHolds
-        ));
-        drop(reader);
-        assert!(alone(ModeMark::take(&dir, &name(), Mode::Shared, 0).unwrap()).is_some());
+        assert!(matches!(take(&dir, Mode::Shared, 0), Ok(Some(_))));
     }
 }
