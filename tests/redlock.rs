@@ -207,7 +207,7 @@ fn majority_lost<const N: usize>(fault: Fault) {
     }
     // A quorum needs `quorum - left` of the lost masters: the latest moment that many of them
     // still confirmed.
-    assert_stopped_by_stop_point(&mut holder, |_| {
+    let out = assert_stopped_by_stop_point(&mut holder, |_| {
         let mut confirmed: Vec<Instant> = proxies[..lost]
             .iter()
             .map(|p| p.confirmed().expect("every master answered the holder"))
@@ -216,6 +216,11 @@ fn majority_lost<const N: usize>(fault: Fault) {
         let needed = N / 2 + 1 - left;
         confirmed[lost - needed]
     });
+    let why = format!(
+        "{lost} of the {N} masters could not confirm it, so no quorum of {} can",
+        N / 2 + 1
+    );
+    assert!(text(&out.stderr).contains(&why), "{}", text(&out.stderr));
 }
 
 #[test]

@@ -42,7 +42,7 @@ pub fn assert_stopped_after_its_last_renewal(holder: &mut Holder) {
 pub fn assert_stopped_by_stop_point(
     holder: &mut Holder,
     confirmed: impl FnOnce(&Holder) -> Instant,
-) {
+) -> Output {
     let timing = LeaseTiming::defaults(holder.ttl());
     let pid = holder.child_pid();
     let dead = wait_until(timing.ttl * 2, || !alive(pid));
@@ -74,6 +74,7 @@ pub fn assert_stopped_by_stop_point(
         exited - lease_end,
         text(&out.stderr)
     );
+    out
 }
 
 /// The holder rode through a fault: its command still runs at `until` (past the lease the fault
