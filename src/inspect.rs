@@ -50,20 +50,14 @@ pub async fn list(spec: &BackendSpec, prefix: &str, json: bool) -> Result<u8, Er
 
 /// Drops every holder of `name` on a backend that can.
 pub async fn force_release(spec: &BackendSpec, name: &LockName) -> Result<u8, Error> {
-    let (dropped, pushed) = match spec.open_to_look().await? {
-        Some(backend) => (
-            backend.inspect().force_release(name).await?,
-            backend.inspect().pushes_revocation(),
-        ),
-        None => (0, true),
+    let dropped = match spec.open_to_look().await? {
+        Some(backend) => backend.inspect().force_release(name).await?,
+        None => 0,
     };
-    match (dropped, pushed) {
-        (0, _) => crate::warn!("{name} is not held; nothing to release"),
-        (n, true) => crate::warn!(
+    match dropped {
+        0 => crate::warn!("{name} is not held; nothing to release"),
+        n => crate::warn!(
             "released {n} holder(s) of {name}; each is told to stop its command (one that cannot be reached stops when its next renewal fails)"
-        ),
-        (n, false) => crate::warn!(
-            "released {n} holder(s) of {name}; this backend cannot tell them at once: each stops its command at its next renewal (within its --renew)"
         ),
     }
     Ok(0)

@@ -26,15 +26,9 @@ pub trait Inspect: Send + Sync {
     /// Every held name that starts with `prefix`, sorted by name.
     async fn list(&self, prefix: &str) -> Result<Vec<LockStatus>, BackendError>;
 
-    /// Drops every holder of `name` and tells each at once (where the backend can push; see
-    /// [`Inspect::pushes_revocation`]); returns how many there were. Tokens are never reset.
+    /// Drops every holder of `name` and tells each at once (see [`super::Lease::revoked`]);
+    /// returns how many there were. Tokens are never reset.
     async fn force_release(&self, name: &LockName) -> Result<usize, BackendError>;
-
-    /// Whether `force_release` reaches a holder at once; without, a holder finds out at its next
-    /// renewal.
-    fn pushes_revocation(&self) -> bool {
-        true
-    }
 
     /// `--min-interval`: atomically, by the backend's clock where it has one, records that NAME is
     /// run now unless it was last recorded less than `interval` ago.

@@ -255,7 +255,8 @@ pub enum Command {
         json: bool,
     },
     /// Break-glass: drop NAME's holder(s) on a networked backend; each is told at once (on
-    /// DynamoDB, at its next renewal), stops its command and exits 76.
+    /// DynamoDB, at its next look at the table, within half a second), stops its command and
+    /// exits 76.
     ///
     /// The next waiter may start at once. What a forced release cannot do: stop a holder that
     /// cannot be reached (paused, cut off) before its next renewal fails — until then its command

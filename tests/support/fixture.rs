@@ -48,9 +48,9 @@ pub trait Fixture: Reachable + Sized {
     const EXPIRES: bool = true;
     /// `release --force` breaks a holder (a kernel lock cannot be stolen).
     const FORCE_RELEASE: bool = true;
-    /// `release --force` is announced to each holder at once; without, a holder finds out at its
-    /// next renewal, within `--renew` (DynamoDB can notify nobody).
-    const PUSHED_REVOCATION: bool = true;
+    /// How soon after `release --force` every holder's command is stopped (told at once; the
+    /// bound leaves room for a slow test server).
+    const REVOCATION_NOTICE: Duration = Duration::from_secs(1);
     /// Waiters are served in arrival order (promised on the networked backends).
     const FIFO: bool = true;
     /// The backend has a clock that `lockrun drill` can compare with the host's.

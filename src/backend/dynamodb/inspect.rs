@@ -112,7 +112,7 @@ impl Inspect for Link {
     }
 
     /// Drops every holder of `name`; the token counter is untouched. The holders find out at their
-    /// next renewal.
+    /// next look at their seat (see the lease).
     async fn force_release(&self, name: &LockName) -> Result<usize, BackendError> {
         for _ in 0..FORCE_TRIES {
             let lock = queue::lock_item(self, name)
@@ -130,12 +130,6 @@ impl Inspect for Link {
         Err(self.failed(format!(
             "the holders of {name} kept changing; try release --force again"
         )))
-    }
-
-    /// A holder learns of it only when its next renewal finds its entry gone: nothing on the
-    /// table can be waited on.
-    fn pushes_revocation(&self) -> bool {
-        false
     }
 
     async fn claim_interval(

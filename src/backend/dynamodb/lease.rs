@@ -8,8 +8,8 @@
 //!
 //! A renewal counts from when it was sent, as everywhere (the supervisor's deadline), and has its
 //! own deadline within which the SDK's retries (throttling included) must fit. DynamoDB cannot
-//! push anything: `release --force` reaches a holder at its next renewal, at most `--renew`
-//! later, never at once ([`Lease::revoked`] never resolves).
+//! push anything, so a holder reads its seat back every [`SEAT_CHECK`] ([`Lease::revoked`]): a
+//! `release --force` stops its command within moments, not at its next renewal.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,8 +21,12 @@ use super::item::{self, Seat};
 use super::link::{Failure, Link, REQUEST_TIMEOUT};
 use super::write;
 use crate::backend::waiting::policy::renew_timeout;
-use crate::backend::{BackendError, Grant, Lease, Released, RenewError, Renewal};
+use crate::backend::{BackendError, Grant, Lease, Released, RenewError, Renewal, Revocation};
 use crate::name::LockName;
+
+/// How often a holder reads its seat back to notice a `release --force` (one strongly
+/// consistent read, as a waiter's look at the line).
+const SEAT_CHECK: Duration = Duration::from_millis(500);
 
 /// A seat held by this run.
 pub struct DynamoLease {
@@ -116,5 +120,20 @@ impl Lease for DynamoLease {
             true => Released::Given,
             false => Released::AlreadyGone,
         })
+    }
+
+    /// Resolves once a read of the lock item finds this run's seat gone (a read that fails says
+    /// nothing: the renewals find out about a table that does not answer). The reads go through
+    /// the link's client aside, so that they never hold the renewals' connection.
+    async fn revoked(&self) -> Revocation {
+        loop {
+            tokio::time::sleep(SEAT_CHECK).await;
+            let client = self.link.aside();
+            if let Ok(lock) = super::queue::lock_item_through(&self.link, client, &self.name).await
+                && lock.held_by(&self.owner).is_none()
+            {
+                return Revocation::Announced;
+            }
+        }
     }
 }

@@ -42,6 +42,14 @@ const MAX_BACKOFF: Duration = Duration::from_millis(400);
 /// one (local servers ignore it; the signature needs one).
 const LOCAL_REGION: &str = "us-east-1";
 
+/// An HTTPS client (on rustls and ring) with a connection pool of its own.
+fn https(tls: &TlsContext) -> aws_sdk_dynamodb::config::SharedHttpClient {
+    aws_smithy_http_client::Builder::new()
+        .tls_provider(Provider::Rustls(CryptoMode::Ring))
+        .tls_context(tls.clone())
+        .build_https()
+}
+
 /// Why a request failed.
 #[derive(Debug)]
 pub enum Failure {
@@ -62,6 +70,13 @@ pub enum Failure {
 /// One DynamoDB table, reached through the SDK.
 pub struct Link {
     pub client: Client,
+    /// A client with connections of its own, made on first use, for a holder's looks at its seat
+    /// (see the lease): a look held up by a silent network must not take the connection that the
+    /// renewals go out on, and leave the next renewal to open a new one in the silence.
+    aside: std::sync::OnceLock<Client>,
+    /// The client's configuration and TLS, for the one aside.
+    config: aws_sdk_dynamodb::Config,
+    tls: TlsContext,
     pub table: String,
     /// Whether a missing table may be created.
     pub create: bool,
@@ -89,10 +104,6 @@ impl Link {
             endpoint: format!("dynamodb://{}", settings.table),
             reason: fragment(&e.to_string(), &[]),
         })?;
-        let http = aws_smithy_http_client::Builder::new()
-            .tls_provider(Provider::Rustls(CryptoMode::Ring))
-            .tls_context(tls)
-            .build_https();
         let retry = RetryConfig::standard()
             .with_max_attempts(MAX_ATTEMPTS)
             .with_initial_backoff(FIRST_BACKOFF)
@@ -101,7 +112,7 @@ impl Link {
             .connect_timeout(CONNECT_TIMEOUT)
             .build();
         let mut loader = aws_config::defaults(BehaviorVersion::latest())
-            .http_client(http)
+            .http_client(https(&tls))
             .retry_config(retry)
             .timeout_config(timeouts);
         // With a local server, the region need not be looked up (least of all from an EC2
@@ -136,13 +147,25 @@ impl Link {
             }
             None => format!("dynamodb.{region}.amazonaws.com"),
         };
+        let config = config.build();
         Ok(Link {
-            client: Client::from_conf(config.build()),
+            client: Client::from_conf(config.clone()),
+            aside: std::sync::OnceLock::new(),
+            config,
+            tls,
             table: settings.table.clone(),
             create: settings.create,
             endpoint,
             clock,
             ready: tokio::sync::OnceCell::new(),
+        })
+    }
+
+    /// The client whose connections are kept apart from [`Link::client`]'s.
+    pub fn aside(&self) -> &Client {
+        self.aside.get_or_init(|| {
+            let config = self.config.to_builder().http_client(https(&self.tls));
+            Client::from_conf(config.build())
         })
     }
 

@@ -52,12 +52,21 @@ pub struct Place<'a> {
 
 /// Reads `name`'s lock item (an empty one when it does not exist).
 pub async fn lock_item(link: &Link, name: &LockName) -> Result<LockItem, Failure> {
+    lock_item_through(link, &link.client, name).await
+}
+
+/// [`lock_item`] through `client` (the link's, or the one aside).
+pub async fn lock_item_through(
+    link: &Link,
+    client: &aws_sdk_dynamodb::Client,
+    name: &LockName,
+) -> Result<LockItem, Failure> {
     let key = item::key_of(item::lock_key(name));
     let out = link
         .read(
             REQUEST_TIMEOUT,
             "dynamodb:GetItem",
-            link.client
+            client
                 .get_item()
                 .table_name(&link.table)
                 .set_key(Some(key))
