@@ -85,6 +85,15 @@ impl ModeMark {
             Ok(_) => {}
             // Only a foreign process's write lock can refuse a read lock here.
             Err(Errno::EAGAIN | Errno::EACCES) => return Ok(Marked::OtherSideHolds),
+            // A file system without record locks (some FUSE ones): the run goes ahead on the
+            // slot's flock alone rather than not at all.
+            Err(Errno::ENOLCK | Errno::EINVAL | Errno::EOPNOTSUPP) => {
+                crate::debug!(
+                    "no record locks in {}: readers are not kept apart from exclusive holders past slot 0",
+                    dir.path().display()
+                );
+                return Ok(Marked::Alone(None));
+            }
             Err(e) => return Err(dir.named(&file_name, e.into())),
         }
         let marked = ModeMark { file };
