@@ -717,3 +717,42 @@ fn racing_readers_and_limit_writers_never_meet() {
     }
     assert!(ran[0] > 0 && ran[1] > 0, "one kind never ran: {ran:?}");
 }
+
+/// Guards against a `--no-wait` run turned away by another one that could not hold: each used to
+/// join the line for an instant, and a reader found a writer's passing ticket ahead of it (about
+/// one try in a hundred, with a reader holding and `--limit` writers trying beside it).
+#[test]
+fn no_wait_runs_never_stand_in_each_others_way() {
+    let s = Scene::file();
+    let mut reader = s.hold("mix", "r", &["--shared"]);
+    let mut loops = Vec::new();
+    for (i, options) in ["--shared", "--limit 2", "--shared", "--limit 2"]
+        .iter()
+        .enumerate()
+    {
+        let script = format!(
+            "for i in $(seq 100); do \"$0\" --backend '{url}' --name mix -n {options} -- true; \
+             echo $? >> codes.{i}; done",
+            url = s.url()
+        );
+        let mut cmd = std::process::Command::new("sh");
+        crate::support::lockrun::scrub(&mut cmd);
+        cmd.args(["-c", &script, BIN]).current_dir(s.dir());
+        cmd.stderr(std::process::Stdio::null());
+        loops.push(Proc::spawn(&mut cmd));
+    }
+    for run in &mut loops {
+        assert_eq!(code(&run.wait(Duration::from_secs(120))), 0);
+    }
+    assert_eq!(code(&reader.finish()), 0);
+    // Readers (loops 0 and 2) share with the holding reader; writers (1 and 3) are kept out.
+    for (i, want) in ["0", "75", "0", "75"].iter().enumerate() {
+        let codes = std::fs::read_to_string(s.path(&format!("codes.{i}"))).unwrap();
+        let other: Vec<&str> = codes.lines().filter(|c| c != want).collect();
+        assert!(
+            other.is_empty() && codes.lines().count() == 100,
+            "loop {i}: {} of 100 tries did not exit {want}: {other:?}",
+            other.len()
+        );
+    }
+}

@@ -128,7 +128,8 @@ impl FileBackend {
             };
             match locked {
                 Ok(()) => {
-                    let mark = match ModeMark::take(&self.dir, &request.name, request.mode, slot)? {
+                    let marked = ModeMark::take(&self.dir, &request.name, request.mode, slot);
+                    let mark = match marked.await? {
                         Marked::Alone(mark) => mark,
                         // Every slot left is past slot 0 too.
                         Marked::OtherSideHolds => return Ok(Took::Not(Acquired::Busy)),
@@ -249,6 +250,15 @@ impl FileBackend {
                 Ok(Acquired::Held(Box::new(lease)))
             }
             Took::Not(acquired) => Ok(acquired),
+        }
+    }
+
+    /// Whether a live waiter stands before a run that does not join the line: any waiter, for
+    /// an exclusive run; an exclusive one, for a shared run.
+    fn waiter_in_the_way(&self, request: &AcquireRequest) -> io::Result<bool> {
+        match Line::existing(&self.dir, &request.name)? {
+            Some(line) => line.waiter_in_the_way(request.mode),
+            None => Ok(false),
         }
     }
 
@@ -417,11 +427,18 @@ impl Backend for FileBackend {
     ) -> Result<Acquired, BackendError> {
         let acquired = async {
             // Nobody in line: try at once, as an uncontended lock should cost nothing more.
-            if Line::is_empty(&self.dir, &request.name)? {
+            let empty = Line::is_empty(&self.dir, &request.name)?;
+            // A run that may not wait (`--no-wait`) only looks at the line: a ticket of its own,
+            // there for an instant, would stand in the way of another such run that could hold.
+            let may_not_wait = request.expired();
+            if empty || (may_not_wait && !self.waiter_in_the_way(request)?) {
                 match self.try_take(request, &mut cancel).await? {
                     Took::Not(Acquired::Busy) => {}
                     taken => return Ok(taken.into()),
                 }
+            }
+            if may_not_wait {
+                return Ok(Acquired::Busy);
             }
             self.wait_in_line(request, &mut cancel).await
         };

@@ -20,7 +20,9 @@
 //! it. Here the slots a release frees go to the waiters one after another: each leaves the line
 //! once its command has started, which lets the next one try. A waiter that may not try yet
 //! watches only the ticket that stands in its way (the last one ahead, or the last exclusive one
-//! ahead), so one leaving wakes only its follower, never the whole line.
+//! ahead), so one leaving wakes only its follower, never the whole line. A run that may not wait
+//! (`--no-wait`) does not join: it tries when no live waiter in line would stand in its way, so
+//! its ticket, there for an instant, never turns away another such run that could hold.
 //!
 //! A joining waiter keeps the counter's lock until its ticket file is in place, so a ticket file
 //! never appears behind one with a higher ticket. The tickets ahead of a waiter can therefore
@@ -290,6 +292,20 @@ impl Line {
             self.dir.remove(&name)?;
         }
         Ok(!gone)
+    }
+
+    /// Whether a live waiter stands before a newcomer in `mode` that does not join (a
+    /// `--no-wait` run): any waiter, for an exclusive one; an exclusive waiter, for a shared one.
+    /// Tickets below the floor are gone, and dead waiters' tickets are cleared on the way.
+    pub fn waiter_in_the_way(&self, mode: Mode) -> io::Result<bool> {
+        let floor = self.floor();
+        for entry in self.entries()?.iter().filter(|e| e.ticket >= floor) {
+            let in_the_way = mode == Mode::Exclusive || entry.mode == Mode::Exclusive;
+            if in_the_way && self.alive(entry)? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// Whether it is `place`'s turn under the rules (see the module), what stands in its way if
