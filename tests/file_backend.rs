@@ -691,11 +691,7 @@ fn racing_readers_and_limit_writers_never_meet() {
             "for i in $(seq 25); do \"$0\" --backend '{url}' --name mix -n {options} -- sh -c '{section}'; sleep 0.0$((i % 3)); done; exit 0",
             url = s.url()
         );
-        let mut cmd = std::process::Command::new("sh");
-        crate::support::lockrun::scrub(&mut cmd);
-        cmd.args(["-c", &script, BIN]).current_dir(s.dir());
-        cmd.stderr(std::process::Stdio::null());
-        loops.push(Proc::spawn(&mut cmd));
+        loops.push(shell_with_lockrun(&s, &script));
     }
     for run in &mut loops {
         assert_eq!(code(&run.wait(Duration::from_secs(120))), 0);
@@ -735,11 +731,7 @@ fn no_wait_runs_never_stand_in_each_others_way() {
              echo $? >> codes.{i}; done",
             url = s.url()
         );
-        let mut cmd = std::process::Command::new("sh");
-        crate::support::lockrun::scrub(&mut cmd);
-        cmd.args(["-c", &script, BIN]).current_dir(s.dir());
-        cmd.stderr(std::process::Stdio::null());
-        loops.push(Proc::spawn(&mut cmd));
+        loops.push(shell_with_lockrun(&s, &script));
     }
     for run in &mut loops {
         assert_eq!(code(&run.wait(Duration::from_secs(120))), 0);
@@ -755,4 +747,14 @@ fn no_wait_runs_never_stand_in_each_others_way() {
             other.len()
         );
     }
+}
+
+/// Starts `sh -c SCRIPT` in the scene's directory with `$0` the lockrun binary, its environment
+/// scrubbed and the lockruns' messages discarded.
+fn shell_with_lockrun(s: &Scene, script: &str) -> Proc {
+    let mut cmd = std::process::Command::new("sh");
+    crate::support::lockrun::scrub(&mut cmd);
+    cmd.args(["-c", script, BIN]).current_dir(s.dir());
+    cmd.stderr(std::process::Stdio::null());
+    Proc::spawn(&mut cmd)
 }
