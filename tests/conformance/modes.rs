@@ -368,7 +368,7 @@ pub fn shared_never_holds_beside_an_exclusive_limit_holder<F: Fixture>() {
         "a reader beside the holder of slot 1"
     );
     let waiting_reader = s.waiter("mix", &["--shared", "--ttl", F::TTL], "echo r >> ran");
-    assert_kept_out_until::<F>(
+    assert_kept_out_until(
         &s,
         waiting_reader,
         second,
@@ -381,7 +381,7 @@ pub fn shared_never_holds_beside_an_exclusive_limit_holder<F: Fixture>() {
         "a writer of limit 2 beside a reader"
     );
     let waiting_writer = s.waiter("mix", &["--limit", "2", "--ttl", F::TTL], "echo w >> ran");
-    assert_kept_out_until::<F>(
+    assert_kept_out_until(
         &s,
         waiting_writer,
         reader,
@@ -391,7 +391,7 @@ pub fn shared_never_holds_beside_an_exclusive_limit_holder<F: Fixture>() {
 
 /// Asserts that `waiter`, once in line for `mix`, does not run while `holder` holds, and runs
 /// after it.
-fn assert_kept_out_until<F: Fixture>(s: &Scene, mut waiter: Proc, mut holder: Holder, what: &str) {
+fn assert_kept_out_until(s: &Scene, mut waiter: Proc, mut holder: Holder, what: &str) {
     s.wait_waiters("mix", 1);
     std::thread::sleep(Duration::from_millis(300));
     assert!(!s.path("ran").exists(), "{what}, after waiting");
