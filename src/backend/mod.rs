@@ -33,4 +33,5 @@ pub use api::{
     WaiterStatus,
 };
 pub use inspect::Inspect;
+pub use pem_files::Holds;
 pub use spec::{BackendSpec, Settings, default_state_dir, has_secret, redact};

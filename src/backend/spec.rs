@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
 
+use super::pem_files::{self, Holds};
 use super::url::UrlForms;
 use super::{Backend, BackendError, etcd, file, mysql, postgres, redis, redlock, zookeeper};
 
@@ -37,9 +38,10 @@ pub trait Settings: Send + Sync + std::fmt::Debug {
         self.forms().secrets()
     }
 
-    /// Local files the URL names (`cacert=`, `sslrootcert=`), with the option that names each, so
-    /// that an unreadable one is a usage error before anything connects.
-    fn files(&self) -> Vec<(&'static str, &Path)> {
+    /// Local files the URL names (`cacert=`, `sslrootcert=`), with the option that names each and
+    /// what it must hold, so that an unreadable or wrong one is a usage error before anything
+    /// connects.
+    fn files(&self) -> Vec<(&'static str, &Path, Holds)> {
         Vec::new()
     }
 
@@ -168,20 +170,20 @@ impl BackendSpec {
     /// Checks that every local file the URL names can be read and holds what its option takes
     /// (PEM certificates or a key); the error is a usage message.
     pub fn check_files(&self) -> Result<(), String> {
-        for (option, path) in self.settings().files() {
+        for (option, path, holds) in self.settings().files() {
             if path.as_os_str().is_empty() {
                 return Err(format!(
                     "{option}= of --backend is empty: it takes a file's path"
                 ));
             }
-            if let Err(e) = std::fs::File::open(path) {
-                return Err(format!(
+            let contents = std::fs::read(path).map_err(|e| {
+                format!(
                     "cannot read the {option}= file {} of --backend: {}",
                     path.display(),
                     crate::messages::io(&e)
-                ));
-            }
-            if let Some(problem) = super::pem_files::problem(option, path) {
+                )
+            })?;
+            if let Some(problem) = pem_files::problem(option, path, holds, &contents) {
                 return Err(problem);
             }
         }

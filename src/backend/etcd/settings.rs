@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use super::link::Link;
 use crate::backend::url::{LoneUserinfo, Url, UrlForms};
 use crate::backend::waiting::networked::Networked;
-use crate::backend::{Backend, BackendError};
+use crate::backend::{Backend, BackendError, Holds};
 
 /// TLS files: the CA bundle, and a client certificate with its key.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -83,14 +83,14 @@ impl crate::backend::Settings for Settings {
         self.url.forms()
     }
 
-    fn files(&self) -> Vec<(&'static str, &Path)> {
+    fn files(&self) -> Vec<(&'static str, &Path, Holds)> {
         let Some(tls) = &self.tls else {
             return Vec::new();
         };
-        let mut files = vec![("cacert", tls.ca.as_path())];
+        let mut files = vec![("cacert", tls.ca.as_path(), Holds::Certificates)];
         if let Some((cert, key)) = &tls.identity {
-            files.push(("cert", cert.as_path()));
-            files.push(("key", key.as_path()));
+            files.push(("cert", cert.as_path(), Holds::Certificates));
+            files.push(("key", key.as_path(), Holds::PrivateKey));
         }
         files
     }

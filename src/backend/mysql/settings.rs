@@ -21,7 +21,7 @@ use async_trait::async_trait;
 
 use crate::backend::sql_names::is_plain_name;
 use crate::backend::url::{HostPort, LoneUserinfo, Url, UrlForms};
-use crate::backend::{Backend, BackendError};
+use crate::backend::{Backend, BackendError, Holds};
 
 const DEFAULT_PORT: u16 = 3306;
 const DEFAULT_PREFIX: &str = "lockrun_";
@@ -154,11 +154,12 @@ impl crate::backend::Settings for Settings {
         self.url.forms()
     }
 
-    fn files(&self) -> Vec<(&'static str, &Path)> {
+    fn files(&self) -> Vec<(&'static str, &Path, Holds)> {
         match &self.tls {
+            // The driver reads PEM or one DER certificate.
             Tls::On {
                 roots: Some(path), ..
-            } => vec![("ssl-ca", path.as_path())],
+            } => vec![("ssl-ca", path.as_path(), Holds::CertificatesOrDer)],
             _ => Vec::new(),
         }
     }

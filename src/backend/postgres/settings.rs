@@ -37,7 +37,7 @@ use tokio_postgres::config::{ChannelBinding, Host, LoadBalanceHosts, SslMode, Ta
 
 use crate::backend::sql_names::is_plain_name;
 use crate::backend::url::{LoneUserinfo, Url, UrlForms};
-use crate::backend::{Backend, BackendError};
+use crate::backend::{Backend, BackendError, Holds};
 
 const DEFAULT_SCHEMA: &str = "lockrun";
 const MAX_SCHEMA_LEN: usize = 40;
@@ -298,9 +298,11 @@ impl crate::backend::Settings for Settings {
         self.url.forms()
     }
 
-    fn files(&self) -> Vec<(&'static str, &Path)> {
+    fn files(&self) -> Vec<(&'static str, &Path, Holds)> {
         match &self.tls {
-            Tls::Verified { roots: Some(path) } => vec![("sslrootcert", path.as_path())],
+            Tls::Verified { roots: Some(path) } => {
+                vec![("sslrootcert", path.as_path(), Holds::Certificates)]
+            }
             _ => Vec::new(),
         }
     }
