@@ -426,12 +426,16 @@ impl Backend for FileBackend {
         mut cancel: Cancel<'_>,
     ) -> Result<Acquired, BackendError> {
         let acquired = async {
-            // Nobody in line: try at once, as an uncontended lock should cost nothing more.
-            let empty = Line::is_empty(&self.dir, &request.name)?;
             // A run that may not wait (`--no-wait`) only looks at the line: a ticket of its own,
             // there for an instant, would stand in the way of another such run that could hold.
+            // Any other run tries at once when nobody is in line, as an uncontended lock should
+            // cost nothing more.
             let may_not_wait = request.expired();
-            if empty || (may_not_wait && !self.waiter_in_the_way(request)?) {
+            let try_now = match may_not_wait {
+                true => !self.waiter_in_the_way(request)?,
+                false => Line::is_empty(&self.dir, &request.name)?,
+            };
+            if try_now {
                 match self.try_take(request, &mut cancel).await? {
                     Took::Not(Acquired::Busy) => {}
                     taken => return Ok(taken.into()),
