@@ -749,6 +749,42 @@ fn no_wait_runs_never_stand_in_each_others_way() {
     }
 }
 
+/// Guards against a `--no-wait` run turned away by waiters killed in line: it does not join the
+/// line, so it clears their places itself as it looks, and holds at once.
+#[test]
+fn a_no_wait_run_clears_waiters_killed_in_line_and_holds() {
+    let s = Scene::file();
+    let mut holder = s.hold("ghosts", "h", &[]);
+    let mut dead = s.queue_waiters("ghosts", &[], 3, |i| format!("touch dead-{i}"));
+    for waiter in &mut dead {
+        waiter.signal(Signal::SIGKILL);
+        waiter.wait(SOON);
+    }
+    let line = s.state().join("ghosts.line");
+    let tickets = || {
+        std::fs::read_dir(&line)
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .starts_with('T')
+            })
+            .count()
+    };
+    // Those ahead of another are cleared by the one behind as it looks; the last is left.
+    assert!(tickets() >= 1, "no killed waiter's place is left in line");
+    let out = s.run(["--name", "ghosts", "-n", "--", "true"]);
+    assert_eq!(code(&out), 75, "a -n run beside the holder");
+    assert_eq!(code(&holder.finish()), 0);
+    let out = s.run(["--name", "ghosts", "-n", "--", "touch", "ran"]);
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    assert!(s.path("ran").exists());
+    assert_eq!(tickets(), 0, "the killed waiters' places were left in line");
+    assert!((0..3).all(|i| !s.path(&format!("dead-{i}")).exists()));
+}
+
 /// Starts `sh -c SCRIPT` in the scene's directory with `$0` the lockrun binary, its environment
 /// scrubbed and the lockruns' messages discarded.
 fn shell_with_lockrun(s: &Scene, script: &str) -> Proc {
