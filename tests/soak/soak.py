@@ -595,14 +595,12 @@ def children_of(pid: int) -> list[int]:
             kids += [int(x) for x in Path(path).read_text().split()]
         except OSError:
             pass
-    return [kid for kid in kids if comm(kid) != "lockrun-watch"]
+    return [kid for kid in kids if not is_watchdog(kid)]
 
 
-def comm(pid: int) -> str | None:
-    try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
-    except OSError:
-        return None
+def is_watchdog(pid: int) -> bool:
+    stat = proc_stat(str(pid))
+    return stat is not None and stat[1] == "lockrun-watch"
 
 
 # ------------------------------------------------------------------------------------------------
