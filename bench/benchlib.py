@@ -438,14 +438,15 @@ def stamp_dir(tmp: Path) -> Path:
     return tmp
 
 
-def handoff_once(tool: Tool, tmp: Path) -> float:
-    """One handoff; returns its latency in ms."""
+def handoff_once(tool: Tool, tmp: Path, hold_s: float = HOLD_AFTER_READY_S) -> float:
+    """One handoff after the holder has held for `hold_s` once its command started; returns
+    its latency in ms."""
     ready, a_end, b_start = (stamp_dir(tmp) / f"handoff.{x}" for x in ("ready", "a", "b"))
     for f in (ready, a_end, b_start):
         f.unlink(missing_ok=True)
     # Holder: signal "I hold it", keep it a while, and make `date` the very last thing the
     # child does (exec, so no shell runs after it). Its stdout (the timestamp) goes to a_end.
-    holder_cmd = ["sh", "-c", f': > "$1"; sleep {HOLD_AFTER_READY_S}; exec date +%s%N',
+    holder_cmd = ["sh", "-c", f': > "$1"; sleep {hold_s}; exec date +%s%N',
                   "sh", str(ready)]
     holder = spawn(tool.wrap("handoff", holder_cmd), stdout=str(a_end))
     deadline = time.monotonic() + 10
@@ -454,7 +455,7 @@ def handoff_once(tool: Tool, tmp: Path) -> float:
             raise Broken(f"{tool.label}: handoff holder never started its command")
         time.sleep(0.001)
     # Waiter: its command *is* `date` (no shell in front), stdout to b_start. It blocks until
-    # the holder lets go; the holder still has HOLD_AFTER_READY_S to go, plenty to get queued.
+    # the holder lets go; the holder still has hold_s to go, plenty to get queued.
     waiter = spawn(tool.wrap("handoff", ["date", "+%s%N"]), stdout=str(b_start))
     wait_ok(holder, f"{tool.label} handoff holder")
     wait_ok(waiter, f"{tool.label} handoff waiter")

@@ -1,24 +1,26 @@
 //! When a waiter that cannot be woken looks at the line again: what it knows ([`View`] — where
 //! it stands, and how fast the line has been moving, by the server's clock, as a try or a look
 //! answered) and the pacing rule ([`pause`]). A waiter that a release would wake looks every
-//! tenth of the time it has been next (at least every 5 ms, at most every 100 ms), so a handoff
-//! costs a few milliseconds after a short hold and at most a tenth of a long one, never more than
-//! 100 ms. A waiter further back looks again when about half of its expected wait has passed (its
-//! places ahead times the time one place took lately), so it is looking fast by the time its turn
-//! comes; while a hold lasts longer than usual the first 16 waiters look at least every twentieth
-//! of that hold (so a short line follows closely when it starts moving again); and a waiter whose
-//! turn is more than a couple of seconds off does not look at all (the engine's one-second
-//! re-check tells it where it stands). Each waiter looks O(log N) times over its whole wait, so
-//! the looks per handoff do not grow with the line.
+//! tenth of the time it has been next (at least every 5 ms, at most every 30 ms), so a handoff
+//! costs a few milliseconds after a short hold and after a long one at most 30 ms and a few
+//! statements. A waiter further back looks again when about half of its expected wait has
+//! passed (its places ahead times the time one place took lately), so it is looking fast by the
+//! time its turn comes; while a hold lasts longer than usual the first 16 waiters look at least
+//! every twentieth of that hold (so a short line follows closely when it starts moving again);
+//! and a waiter whose turn is more than a couple of seconds off does not look at all (the
+//! engine's one-second re-check tells it where it stands). Each waiter looks O(log N) times over
+//! its whole wait, so the looks per handoff do not grow with the line.
 
 use std::time::Duration;
 
 use tokio_postgres::Row;
 
 /// How often a waiter that a release would wake looks, at most and at least: every tenth of the
-/// time it has been next, within these bounds.
+/// time it has been next, within these bounds. The slowest bounds a handoff after a long hold
+/// (30 ms and the handoff's statements: within 50 ms) for one cheap statement 33 times a second
+/// per waited-for name.
 const NEXT_FASTEST: Duration = Duration::from_millis(5);
-const NEXT_SLOWEST: Duration = Duration::from_millis(100);
+const NEXT_SLOWEST: Duration = Duration::from_millis(30);
 /// How often the two waiters right behind the next look, at least (per place).
 const CLOSE_SLOWEST: Duration = Duration::from_millis(200);
 /// How often any other waiter looks, at most; one whose turn is further off than this does not
@@ -225,10 +227,10 @@ mod tests {
     fn the_next_waiter_looks_at_a_tenth_of_its_time_as_next() {
         let next = seen(true, 0, 0, 10, 5);
         assert_eq!(pause(&next, &waiter(false), ms(0), ms(0)), Some(ms(5)));
-        assert_eq!(pause(&next, &waiter(false), ms(0), ms(500)), Some(ms(50)));
+        assert_eq!(pause(&next, &waiter(false), ms(0), ms(200)), Some(ms(20)));
         assert_eq!(
             pause(&next, &waiter(false), ms(0), ms(60_000)),
-            Some(ms(100))
+            Some(ms(30))
         );
     }
 
