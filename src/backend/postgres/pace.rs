@@ -6,8 +6,9 @@
 //! statements. A waiter further back looks again when about half of its expected wait has
 //! passed (its places ahead times the time one place took lately), so it is looking fast by the
 //! time its turn comes; while a hold lasts longer than usual the first 16 waiters look at least
-//! every twentieth of that hold (so a short line follows closely when it starts moving again);
-//! and a waiter whose turn is more than a couple of seconds off does not look at all (the
+//! every twentieth of that hold (so a short line follows closely when it starts moving again),
+//! and in a line of short holds so do those it would move past within two seconds; and a
+//! waiter whose turn is more than a couple of seconds off does not look at all (the
 //! engine's one-second re-check tells it where it stands). Each waiter looks O(log N) times over
 //! its whole wait, so the looks per handoff do not grow with the line.
 
@@ -36,8 +37,13 @@ const SUPERSEDE_SLOWEST: Duration = Duration::from_millis(250);
 pub const EXACT_PLACES: i32 = 8;
 /// A waiter this close to the next (in places) keeps up by listening where it can.
 const NEAR_PLACES: u32 = 2;
-/// Waiters this close to the next (in places) look while the line stands still.
+/// Waiters this close to the next (in places) look while the line stands still; so does any
+/// waiter whose turn could come within [`STALL_REACH`] of the line moving again at its usual pace
+/// (see [`watches_a_stall`]).
 const STALL_PLACES: u32 = 16;
+/// How soon after a stalled line moves again a waiter that does not look can find itself next:
+/// twice the engine's re-check, whose try is the only other way it learns that the line moves.
+const STALL_REACH: Duration = Duration::from_secs(2);
 
 /// What the waiter's last try (or look) found: the name's epoch, where the waiter stands, and
 /// how fast the line moves.
@@ -174,9 +180,10 @@ pub fn pause(
     let usual = seen.pace.handoff.map(|hold| hold + NEXT_FASTEST);
     let mut pause = match usual {
         Some(usual) if stalled < usual * 4 => usual.saturating_mul(places) / 2,
-        // Only the first few follow a stalled line closely; the others learn that it moves
-        // again from their own tries, once a second, and then follow its pace.
-        _ if places > STALL_PLACES && !waiter.supersede => return None,
+        // Only the first few follow a stalled line closely (more when it moves fast); the
+        // others learn that it moves again from their own tries, once a second, and then follow
+        // its pace.
+        _ if !watches_a_stall(places, usual) && !waiter.supersede => return None,
         _ => (ASSUMED_HANDOFF.saturating_mul(places) / 2).max(stalled / 20),
     }
     .max(BEHIND_FASTEST);
@@ -188,6 +195,18 @@ pub fn pause(
         return Some(pause.min(SUPERSEDE_SLOWEST));
     }
     (pause < BEHIND_SLOWEST).then_some(pause)
+}
+
+/// Whether a waiter `places` behind the next looks while the line stands still: the first
+/// [`STALL_PLACES`], and further back those whose turn could come within [`STALL_REACH`] of the
+/// line moving again at its `usual` pace per place (or the assumed one). Without them, a line
+/// of short holds would drain past the first few faster than the engine's one-second re-check
+/// tells a waiter that does not look, and that waiter would hold the line up for up to a second
+/// when its turn came. (Those far enough back still do not look: a look's pause is kept below a
+/// second, see [`pause`].)
+fn watches_a_stall(places: u32, usual: Option<Duration>) -> bool {
+    let usual = usual.unwrap_or(ASSUMED_HANDOFF).max(NEXT_FASTEST);
+    places <= STALL_PLACES || u128::from(places) <= STALL_REACH.as_nanos() / usual.as_nanos()
 }
 
 #[cfg(test)]
@@ -255,8 +274,23 @@ mod tests {
             pause(&held(5, 2_000), &waiter(false), ms(0), ms(0)),
             Some(ms(100))
         );
-        // Further back, a waiter does not look while the line stands still.
-        assert_eq!(pause(&held(20, 2_000), &waiter(false), ms(0), ms(0)), None);
+        // Further back in a line of short holds, a waiter whose turn could come within two
+        // seconds of the line moving again looks too (20 places of 15 ms)...
+        assert_eq!(
+            pause(&held(20, 2_000), &waiter(false), ms(0), ms(0)),
+            Some(ms(200))
+        );
+        // ... but not one further back still, nor in a line of slower holds past the first 16.
+        assert_eq!(pause(&held(120, 2_000), &waiter(false), ms(0), ms(0)), None);
+        let held_slow = |ahead, since| seen(false, ahead, i64::from(ahead), 200, since);
+        assert_eq!(
+            pause(&held_slow(16, 2_000), &waiter(false), ms(0), ms(0)),
+            Some(ms(160))
+        );
+        assert_eq!(
+            pause(&held_slow(20, 2_000), &waiter(false), ms(0), ms(0)),
+            None
+        );
         // A hold that drags on: the one right behind looks at most every 200 ms, others not.
         assert_eq!(
             pause(&held(1, 300_000), &waiter(false), ms(0), ms(0)),
