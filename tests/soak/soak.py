@@ -685,6 +685,7 @@ class Soak:
             os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
             with self.lock:
                 del self.running[w]
+                self.paused.discard(pid)
                 _, status = os.waitpid(pid, 0)
             exited = now_us()
             code = os.waitstatus_to_exitcode(status)
@@ -770,10 +771,13 @@ class Soak:
                     pass
             self.sleep(head_start)
         with self.lock:
-            if pid in self.paused:  # else abort() already let it go
-                os.kill(pid, signal.SIGCONT)  # not reaped: it cannot exit while stopped
-                self.paused.discard(pid)
-                self.paused_groups.pop(pid, None)
+            # Else abort() already let it go, or it died while stopped (a kill; or the SIGHUP the
+            # kernel sends an orphaned process group with a stopped member, when the soak runs
+            # detached from its shell) and its worker reaped it: never signal a reusable pid.
+            if pid in self.paused:
+                os.kill(pid, signal.SIGCONT)
+            self.paused.discard(pid)
+            self.paused_groups.pop(pid, None)
 
     def abort(self) -> None:
         """On an interrupt: wake and kill every lockrun (their children die with them), so
