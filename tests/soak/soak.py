@@ -548,11 +548,12 @@ def dying(pid: str, stat: list[str]) -> bool:
 WATCHDOG_GRACE = 2.0
 
 
-def group_survivors(pgid: int | None, marker: str) -> list[dict]:
+def group_survivors(pgid: int | None, marker: list[str]) -> list[dict]:
     """Alive, not dying processes in group pgid (or, when the pgid is unknown, whose command line
-    carries `marker`, the run id the section gets as an argument)."""
+    carries the arguments `marker` in a row: the run id and the log the section gets, which
+    together no other run has, whatever soaks run beside this one)."""
     found = []
-    needle = f"\0{marker}\0".encode()
+    needle = ("\0" + "\0".join(marker) + "\0").encode()
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
@@ -701,7 +702,7 @@ class Soak:
                     pgid = int(parts[3]) if parts[3].isdigit() else None
                 if len(parts) >= 8 and parts[0] == "E" and self.after_faults(parts[3]):
                     self.recovered.set()
-            survivors = group_survivors(pgid, run)
+            survivors = group_survivors(pgid, [run, str(log)])
             # A lockrun killed by a signal leaves its command's tree to the watchdog, which stops
             # it a moment later (invariant 8); and the watchdog itself (`lockrun-watch`, a fork
             # that carries lockrun's arguments, so it is found by the run's marker when no
@@ -709,7 +710,7 @@ class Soak:
             deadline = time.monotonic() + WATCHDOG_GRACE
             while survivors and time.monotonic() < deadline:
                 time.sleep(0.01)
-                survivors = group_survivors(pgid, run)
+                survivors = group_survivors(pgid, [run, str(log)])
             with self.lock:
                 self.runs.write(json.dumps({
                     "run": run, "worker": w, "pid": pid, "spawn": spawned, "exit": exited,

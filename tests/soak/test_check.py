@@ -463,20 +463,43 @@ class GroupProbeTest(unittest.TestCase):
         p = subprocess.Popen(["sh", "-c", "sleep 30 & exec sleep 31"], start_new_session=True)
         try:
             deadline = time.monotonic() + 5
-            while len(soak.group_survivors(p.pid, "-")) < 2 and time.monotonic() < deadline:
+            while len(soak.group_survivors(p.pid, ["-"])) < 2 and time.monotonic() < deadline:
                 time.sleep(0.01)
-            alive = soak.group_survivors(p.pid, "-")
+            alive = soak.group_survivors(p.pid, ["-"])
             self.assertEqual(len(alive), 2, alive)
             self.assertEqual([a["child"] for a in alive if a["pid"] == p.pid], [True])
             os.killpg(p.pid, signal.SIGSTOP)  # stopped, so they cannot finish dying at once
             os.killpg(p.pid, signal.SIGKILL)
-            self.assertEqual(soak.group_survivors(p.pid, "-"), [])
+            self.assertEqual(soak.group_survivors(p.pid, ["-"]), [])
         finally:
             try:
                 os.killpg(p.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
             p.wait()
+
+    def test_a_run_without_a_group_is_found_by_its_run_and_log_only(self) -> None:
+        """Two soaks side by side both have a run `w3.2`: a lockrun killed before its command
+        started is looked for by its run id and its log, never by the other soak's."""
+        import subprocess
+        import sys
+        import time
+
+        import soak
+        argv = [sys.executable, "-c", "import time; time.sleep(30)"]
+        ours = subprocess.Popen([*argv, "w3.2", "/tmp/soak-a/sections.w3.log"])
+        theirs = subprocess.Popen([*argv, "w3.2", "/tmp/soak-b/sections.w3.log"])
+        try:
+            marker = ["w3.2", "/tmp/soak-a/sections.w3.log"]
+            deadline = time.monotonic() + 5
+            while not soak.group_survivors(None, marker) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            found = [f["pid"] for f in soak.group_survivors(None, marker)]
+            self.assertEqual(found, [ours.pid])
+        finally:
+            for p in (ours, theirs):
+                p.kill()
+                p.wait()
 
     def test_a_lockruns_watchdog_is_not_its_command(self) -> None:
         """A waiter forks its watchdog too: the chaos must not take it for a holder's command."""
