@@ -10,7 +10,8 @@
 //! and in a line of short holds so do those it would move past within two seconds; and a
 //! waiter whose turn is more than a couple of seconds off does not look at all (the
 //! engine's one-second re-check tells it where it stands). Each waiter looks O(log N) times over
-//! its whole wait, so the looks per handoff do not grow with the line.
+//! its whole wait, so the looks per handoff grow only as the logarithm of the line (measured by
+//! `bench/pg_scale.py`: about 1.4, 4 and 6 per handoff with 10, 100 and 1,000 waiting).
 
 use std::time::Duration;
 
