@@ -44,7 +44,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, NoReturn
+from typing import Callable, Iterable, Iterator, NoReturn
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 GNU_TIME = "/usr/bin/time"
@@ -225,12 +225,22 @@ def wait_all(pids: list[int], what: str, timeout_s: float) -> int:
                 left.discard(pid)
                 failures += os.waitstatus_to_exitcode(status) != 0
         if left and time.monotonic() > deadline:
-            for pid in left:
-                os.kill(pid, 9)
-                os.waitpid(pid, 0)
+            kill_and_reap(left)
             raise Broken(f"{len(left)} {what} did not finish within {timeout_s:.0f} s")
         time.sleep(0.01)
     return failures
+
+
+def kill_and_reap(pids: Iterable[int]) -> None:
+    """SIGKILLs and reaps each of `pids` (this process's children; 0 stands for none) that has
+    not been reaped yet."""
+    for pid in pids:
+        if pid:
+            try:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
 
 
 def wait_ok(pid: int, what: str) -> None:

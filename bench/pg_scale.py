@@ -191,6 +191,23 @@ def wait_in_line(lockrun: list[str], name: str, n: int, held: bool = False) -> N
         time.sleep(0.1)
 
 
+def hold_until_closed(binary: str, lockrun: list[str], name: str) -> tuple[int, int]:
+    """Starts a lockrun that holds `name` until the returned pipe end is closed (its command
+    reads its stdin); returns its pid and that end once `status` shows it holding."""
+    r, w = os.pipe()
+    holder = os.posix_spawn(binary, [*lockrun, "--name", name, "--", "sh", "-c",
+                                     "read x || true"],
+                            benchlib.ENV, file_actions=[(os.POSIX_SPAWN_DUP2, r, 0)])
+    os.close(r)
+    try:
+        wait_in_line(lockrun, name, 0, held=True)
+    except BaseException:
+        os.close(w)
+        benchlib.kill_and_reap([holder])
+        raise
+    return holder, w
+
+
 # (ms per handoff, server CPU ms per handoff, statements by kind, server CPU ms per handoff net
 # of the line's heartbeats, server CPU ms per second the standing line costs)
 Round = tuple[float, float, dict[str, tuple[int, int]], float, float]
@@ -201,14 +218,9 @@ def queue_and_hand_off(binary: str, url: str, name: str, n: int, servers: Server
     runs from the first waiter's exit to the last one's, over n - 1 handoffs: the line moving,
     not the first wake-up after the long hold while the line formed."""
     lockrun = [binary, "--backend", url]
-    r, w = os.pipe()
-    holder = os.posix_spawn(binary, [*lockrun, "--name", name, "--", "sh", "-c",
-                                     "read x || true"],
-                            benchlib.ENV, file_actions=[(os.POSIX_SPAWN_DUP2, r, 0)])
-    os.close(r)
+    holder, w = hold_until_closed(binary, lockrun, name)
     waiters: set[int] = set()
     try:
-        wait_in_line(lockrun, name, 0, held=True)
         # The line forms in batches, each in line before the next starts: a thousand
         # connections opened at once on a small machine is a different benchmark.
         for first in range(0, n, BATCH):
@@ -246,13 +258,7 @@ def queue_and_hand_off(binary: str, url: str, name: str, n: int, servers: Server
     finally:
         if w >= 0:
             os.close(w)
-        for pid in [*waiters, holder]:
-            if pid:
-                try:
-                    os.kill(pid, 9)
-                    os.waitpid(pid, 0)
-                except (ProcessLookupError, ChildProcessError):
-                    pass
+        benchlib.kill_and_reap([*waiters, holder])
     used = {k: (after[k][0] - before.get(k, (0, 0))[0], after[k][1] - before.get(k, (0, 0))[1])
             for k in after}
     # Net of the heartbeats: on average half the line still stands during the drain.
@@ -267,14 +273,9 @@ def second_handoff_once(binary: str, url: str, name: str, tmp: Path, hold_s: flo
     turn, its try and its start)."""
     lockrun = [binary, "--backend", url]
     stamps = [benchlib.stamp_dir(tmp) / f"second.{i}" for i in (1, 2)]
-    r, w = os.pipe()
-    holder = os.posix_spawn(binary, [*lockrun, "--name", name, "--", "sh", "-c",
-                                     "read x || true"],
-                            benchlib.ENV, file_actions=[(os.POSIX_SPAWN_DUP2, r, 0)])
-    os.close(r)
+    holder, w = hold_until_closed(binary, lockrun, name)
     waiters: list[int] = []
     try:
-        wait_in_line(lockrun, name, 0, held=True)
         for i, stamp in enumerate(stamps):
             waiters.append(benchlib.spawn(
                 [*lockrun, "--name", name, "--wait", "60s", "--progress", "0", "--", "date",
@@ -291,13 +292,7 @@ def second_handoff_once(binary: str, url: str, name: str, tmp: Path, hold_s: flo
     finally:
         if w >= 0:
             os.close(w)
-        for pid in [*waiters, holder]:
-            if pid:
-                try:
-                    os.kill(pid, 9)
-                    os.waitpid(pid, 0)
-                except (ProcessLookupError, ChildProcessError):
-                    pass
+        benchlib.kill_and_reap([*waiters, holder])
     first, second = (int(stamp.read_text()) for stamp in stamps)
     return (second - first) / 1e6
 
