@@ -17,6 +17,8 @@ use std::time::Duration;
 
 use tokio_postgres::Row;
 
+use crate::backend::waiting::policy::SAFETY_RECHECK;
+
 /// How often a waiter that a release would wake looks, at most and at least: every tenth of the
 /// time it has been next, within these bounds. The slowest bounds a handoff after a long hold
 /// (30 ms and the handoff's statements: within 50 ms) for one cheap statement 33 times a second
@@ -25,10 +27,10 @@ const NEXT_FASTEST: Duration = Duration::from_millis(5);
 const NEXT_SLOWEST: Duration = Duration::from_millis(30);
 /// How often the two waiters right behind the next look, at least (per place).
 const CLOSE_SLOWEST: Duration = Duration::from_millis(200);
-/// How often any other waiter looks, at most; one whose turn is further off than this does not
-/// look (the engine's own one-second re-check tells it where it stands).
+/// How often any other waiter looks, at most; one whose turn is further off than the engine's
+/// own re-check does not look (that re-check's try tells it where it stands).
 const BEHIND_FASTEST: Duration = Duration::from_millis(5);
-const BEHIND_SLOWEST: Duration = Duration::from_secs(1);
+const BEHIND_SLOWEST: Duration = SAFETY_RECHECK;
 /// The time a handoff is assumed to take while the line does not move.
 const ASSUMED_HANDOFF: Duration = Duration::from_millis(20);
 /// How often a `--supersede` waiter looks, at least: a newer one makes it give up within a second.
@@ -44,7 +46,7 @@ const NEAR_PLACES: u32 = 2;
 const STALL_PLACES: u32 = 16;
 /// How soon after a stalled line moves again a waiter that does not look can find itself next:
 /// twice the engine's re-check, whose try is the only other way it learns that the line moves.
-const STALL_REACH: Duration = Duration::from_secs(2);
+const STALL_REACH: Duration = SAFETY_RECHECK.saturating_mul(2);
 
 /// What the waiter's last try (or look) found: the name's epoch, where the waiter stands, and
 /// how fast the line moves.
