@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Benchmark: the postgres:// backend's cost per handoff as the line grows, directly and behind
-PgBouncer (transaction pooling).
+"""Benchmark: the postgres:// backend's cost per handoff as the line grows, directly, behind
+PgBouncer (transaction pooling), and behind PgBouncer with `listen=` naming the server itself
+(the waiters near their turn listen there: path "listen").
 
 For each path to the server and each line length N in 10, 100 and 1,000: one lockrun holds a
 name, N lockruns queue for it (`--wait`, running `true`), and once `status` shows all N in line
@@ -112,9 +113,12 @@ class Servers:
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0,
             self.bouncer)
 
-    def url(self, pooled: bool) -> str:
-        port = self.bouncer_port if pooled else self.port
-        return f"postgres://postgres@127.0.0.1:{port}/postgres"
+    def url(self, path: str) -> str:
+        """The URL for `path`: "direct", "pgbouncer", or "listen" (through PgBouncer, with
+        `listen=` naming the server itself)."""
+        port = self.port if path == "direct" else self.bouncer_port
+        url = f"postgres://postgres@127.0.0.1:{port}/postgres"
+        return f"{url}?listen=127.0.0.1:{self.port}" if path == "listen" else url
 
     def psql_base(self, port: int) -> list[str]:
         return [str(self.bin / "psql"), "-X", "-q", "-A", "-t", "-F", "|", "-h", "127.0.0.1",
@@ -136,6 +140,7 @@ class Servers:
             "WHEN query LIKE '%peek_v2%' THEN 'look' "
             "WHEN query LIKE '%leave_v2%' THEN 'leave' "
             "WHEN query LIKE '%subscribe_v2%' THEN 'subscribe' "
+            "WHEN query LIKE 'UPDATE%waiters%channel%' THEN 'listen' "
             "WHEN query LIKE 'UPDATE%leases%' THEN 'renew' ELSE 'other' END AS kind, "
             "sum(calls), sum(shared_blks_hit + shared_blks_read) "
             "FROM pg_stat_statements WHERE query LIKE '%lockrun%' GROUP BY kind")
@@ -305,7 +310,7 @@ def main() -> int:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 8192)), hard))
     binary = benchlib.lockrun_binary(args.bin)
-    paths = ["direct", "pgbouncer"]
+    paths = ["direct", "pgbouncer", "listen"]
     results: dict[tuple[str, int], list[Round]] = {(p, n): [] for p in paths for n in sizes}
     long_holds: dict[str, list[float]] = {p: [] for p in paths}
     seconds: dict[str, list[float]] = {p: [] for p in paths}
@@ -315,7 +320,7 @@ def main() -> int:
             print(f"lockrun: {binary}\npostgres ({servers.bin.parent.name}) on "
                   f"127.0.0.1:{servers.port}, pgbouncer on 127.0.0.1:{servers.bouncer_port}",
                   file=sys.stderr)
-            benchlib.run_ok([binary, "--backend", servers.url(False), "--name", "setup", "--",
+            benchlib.run_ok([binary, "--backend", servers.url("direct"), "--name", "setup", "--",
                              "true"])
             for r in range(rounds):
                 # Interleaved, the order turning each round, so drift hits every size alike.
@@ -324,18 +329,18 @@ def main() -> int:
                     print(f"[round {r + 1}/{rounds}, {path}] {n} queued waiters ...",
                           file=sys.stderr)
                     results[(path, n)].append(queue_and_hand_off(
-                        binary, servers.url(path == "pgbouncer"), f"scale/{path}/{n}/{r}", n,
+                        binary, servers.url(path), f"scale/{path}/{n}/{r}", n,
                         servers))
             reps = max(3, LONG_HOLD_REPS // 3) if args.quick else LONG_HOLD_REPS
             for i in range(reps):
                 for path in paths:
                     print(f"[long hold {i + 1}/{reps}, {path}] ...", file=sys.stderr)
-                    tool = benchlib.Lockrun(binary, servers.url(path == "pgbouncer"))
+                    tool = benchlib.Lockrun(binary, servers.url(path))
                     hold = LONG_HOLD_S + random.uniform(0, LONG_HOLD_JITTER_S)
                     long_holds[path].append(benchlib.handoff_once(tool, Path(tmp_name), hold))
                     print(f"[second handoff {i + 1}/{reps}, {path}] ...", file=sys.stderr)
                     seconds[path].append(second_handoff_once(
-                        binary, servers.url(path == "pgbouncer"), f"second/{path}/{i}",
+                        binary, servers.url(path), f"second/{path}/{i}",
                         Path(tmp_name), hold))
         except Broken as e:
             print(f"\n!!! BROKEN: {e}", file=sys.stderr)
@@ -365,7 +370,7 @@ def main() -> int:
     benchlib.print_table(rows, f"{sizes[0]} waiting")
     print(f"\nserver statements per handoff (pg_stat_statements, median of {rounds} rounds; "
           "buffer pages touched per handoff in brackets):")
-    kinds = ["try", "release", "look", "leave", "subscribe", "renew"]
+    kinds = ["try", "release", "look", "leave", "subscribe", "listen", "renew"]
     for path in paths:
         for n in sizes:
             parts = []

@@ -69,6 +69,10 @@ const BAD_OPTIONS: &[(&[&str], &str)] = &[
         &["--backend", "postgres://h/db?sslmode=sometimes"],
         "sslmode",
     ),
+    (
+        &["--backend", "postgres://h:6432/db?listen=h:99999"],
+        "listen port",
+    ),
     (&["--bogus"], "--bogus"),
 ];
 

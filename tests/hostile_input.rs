@@ -100,6 +100,7 @@ const URL_PIECES: &[&str] = &[
     "\n",
     "sslmode=",
     "lockrun_schema=",
+    "listen=",
     "lockrun_table_prefix=",
     "ssl-mode=",
     "cacert=",

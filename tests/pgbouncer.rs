@@ -2,8 +2,9 @@
 //! conformance suite that also runs there: clients turned away by PgBouncer are waited out,
 //! handoffs take milliseconds although `LISTEN` cannot work through it, 300 lockruns hold at
 //! once on a server that allows 60 connections, PgBouncer refusing lockrun's startup options
-//! is met with the setting that fixes it, a holder rides through a server restart, and an answer
-//! one lockrun abandons never reaches the next client.
+//! is met with the setting that fixes it, a holder rides through a server restart, an answer
+//! one lockrun abandons never reaches the next client, and a waiter told where the server itself
+//! is (`listen=`) listens there near its turn instead of looking, or says why it cannot.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -13,6 +14,7 @@ use crate::support::backend_scenarios::assert_a_turned_away_waiter_gets_in;
 use crate::support::fixture::{Fixture, Reachable};
 use crate::support::lockrun::{Proc, lockrun, output, stderr_of_exited};
 use crate::support::pgbouncer::{Options, Pooled};
+use crate::support::proxy::Proxy;
 use crate::support::scene::Scene;
 use crate::support::single_server::SingleServer;
 use crate::support::wait::{SOON, code, number_in, text, wait_until};
@@ -216,4 +218,90 @@ fn an_abandoned_answer_never_reaches_the_next_client() {
     let _ = locker.wait();
     let status = next.unwrap_or_else(|e| panic!("the next client got: {e}"));
     assert!(!status.held, "{status:?}");
+}
+
+/// Guards the `listen=` doorbell: behind PgBouncer, the waiter next in line opens one connection
+/// to the server itself and is woken there, instead of looking at the line every few
+/// milliseconds; it closes that connection once it holds, so holders never cost the server a
+/// connection of their own. Proxies count the connections to the server and see the looks.
+#[test]
+fn a_waiter_behind_pgbouncer_listens_at_the_server_itself_when_told_where() {
+    let pooled = Pooled::start();
+    let direct = Proxy::start(pooled.server.port());
+    let pooler = Proxy::start(pooled.bouncer.port());
+    let s = Scene::new(pooled.url());
+    let url = format!(
+        "{}?listen=127.0.0.1:{}",
+        pooled.server.url_on(pooler.port()),
+        direct.port()
+    );
+    let mut holder = s.hold("aside", "h", &[]);
+    let script = "touch w.held; while [ ! -e w.go ]; do sleep 0.01; done";
+    let mut waiter = Proc::spawn(&mut s.cmd_via(
+        &url,
+        [
+            "-v", "--name", "aside", "--wait", "60s", "--", "sh", "-c", script,
+        ],
+    ));
+    s.wait_waiters("aside", 1);
+    let listening = wait_until(SOON, || direct.connections() == 1);
+    assert!(
+        listening,
+        "no connection to the server itself:\n{}",
+        waiter.stderr_so_far()
+    );
+    // A look already under way when it began to listen may still arrive.
+    std::thread::sleep(Duration::from_millis(200));
+    let looked = pooler.observe(b"peek_v2");
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(
+        looked.fired().is_none(),
+        "the listening waiter still looks at the line"
+    );
+    holder.finish();
+    assert!(
+        wait_until(SOON, || s.path("w.held").exists()),
+        "the listening waiter never took its turn:\n{}",
+        waiter.stderr_so_far()
+    );
+    let closed = wait_until(SOON, || direct.connections() == 0);
+    assert!(closed, "the holder kept its listening connection");
+    std::fs::write(s.path("w.go"), "").unwrap();
+    let out = waiter.wait(SOON);
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    assert_eq!(direct.accepted(), 1, "{}", text(&out.stderr));
+}
+
+/// Guards the `listen=` fallbacks: an address that never answers, and one that leads to
+/// PgBouncer again, are each reported once, and the waiter still gets its turn by looking.
+#[test]
+fn a_listen_address_that_cannot_serve_is_reported_and_the_waiter_looks() {
+    let pooled = Pooled::start();
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("a listener that never accepts");
+    let silent_port = silent.local_addr().unwrap().port();
+    let cases = [
+        (silent_port, "no connection within"),
+        (pooled.bouncer.port(), "leads to a pooler too"),
+    ];
+    for (i, (port, why)) in cases.into_iter().enumerate() {
+        let s = Scene::new(pooled.url());
+        let name = format!("deaf/{i}");
+        let url = format!("{}?listen=127.0.0.1:{port}", pooled.url());
+        let mut holder = s.hold(&name, "h", &[]);
+        let mut waiter = Proc::spawn(&mut s.cmd_via(
+            &url,
+            ["--name", &name, "--wait", "60s", "--", "touch", "ran"],
+        ));
+        let said = format!("cannot listen for its turn at 127.0.0.1:{port}");
+        let reported = wait_until(SOON, || waiter.stderr_so_far().contains(&said));
+        assert!(reported, "{why}: {}", waiter.stderr_so_far());
+        holder.finish();
+        let out = waiter.wait(SOON);
+        assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+        assert!(s.path("ran").exists());
+        let stderr = text(&out.stderr);
+        assert_eq!(stderr.matches(&said).count(), 1, "{stderr}");
+        let line = stderr.lines().find(|l| l.contains(&said)).unwrap();
+        assert!(line.contains(why), "{line}");
+    }
 }

@@ -229,6 +229,17 @@ pub enum BackendError {
 }
 
 impl BackendError {
+    /// What went wrong, without the endpoint: for a message that names it already.
+    pub fn reason(&self) -> &str {
+        match self {
+            BackendError::Unreachable { reason, .. }
+            | BackendError::Failed { reason, .. }
+            | BackendError::Starved { reason, .. }
+            | BackendError::Unsupported(reason)
+            | BackendError::Misconfigured(reason) => reason,
+        }
+    }
+
     /// A local I/O error on `endpoint`: [`BackendError::Starved`] when the system ran out of
     /// descriptors or memory for lockrun, else [`BackendError::Failed`].
     pub fn io(endpoint: String, e: &std::io::Error) -> Self {

@@ -1,4 +1,4 @@
-//! A waiter's doorbell on PostgreSQL, of one of two kinds, chosen by where its connection leads:
+//! A waiter's doorbell on PostgreSQL, of one of three kinds, chosen by where its connection leads:
 //!
 //! - [`Listening`]: the connection reaches the server directly. Once the waiter is near its turn
 //!   (next, or a couple of places behind), it `LISTEN`s on its own channel (on its one
@@ -11,16 +11,28 @@
 //!   cannot work — a notification reaches whichever client happens to be using that server
 //!   connection at the time, or nobody. The waiter follows the line by looking, all the way to
 //!   its turn.
+//! - [`ListeningAside`]: the connection goes through a pooler, and the URL says where the server
+//!   itself is (`listen=`). The waiter looks while far from its turn; near it, it opens a second
+//!   connection, to the server itself, `LISTEN`s there and records its channel on its place in
+//!   line, so a release wakes it as it wakes a direct waiter. That connection lasts only while
+//!   the waiter is near its turn: it closes when the waiter takes its turn or gives up, so the
+//!   server sees a few such connections per name, never one per waiter or per holder. Where it
+//!   cannot listen (the address does not answer, leads to a pooler too, or to another database),
+//!   lockrun says so once and the rest of the run looks instead.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_postgres::types::Type;
 
-use super::link::{Link, Subscribed};
+use super::link::{Link, REQUEST_TIMEOUT, Subscribed};
 use super::looker::{Looker, Seen};
 use super::schema;
 use super::session::Heard;
+use super::settings::Settings;
 use crate::backend::waiting::line::Doorbell;
 
 /// Following the line by looking, for a waiter behind a pooler.
@@ -77,4 +89,149 @@ impl Doorbell for Listening {
             }
         }
     }
+}
+
+/// Where the waiters of a run behind a pooler may listen: the server itself (`listen=`).
+pub struct Aside {
+    settings: Settings,
+    /// Set once listening there failed: the rest of the run follows the line by looking.
+    failed: AtomicBool,
+}
+
+impl Aside {
+    pub fn new(settings: Settings) -> Self {
+        Aside {
+            settings,
+            failed: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether listening there failed before.
+    pub fn failed(&self) -> bool {
+        self.failed.load(Ordering::Relaxed)
+    }
+
+    /// Says once why listening there failed; the run looks from then on.
+    fn give_up(&self, reason: &str) {
+        if !self.failed.swap(true, Ordering::Relaxed) {
+            crate::warn!(
+                "cannot listen for its turn at {} ({reason}); following the line by looking",
+                self.settings.endpoint
+            );
+        }
+    }
+}
+
+/// A connection to the server itself, listening on the waiter's channel.
+type Listener = (Link, watch::Receiver<Heard>);
+
+/// Looking while far from its turn, listening on a connection of its own to the server itself
+/// once near it, for a waiter behind a pooler.
+pub struct ListeningAside {
+    aside: Arc<Aside>,
+    looker: Looker,
+    /// The listening connection being opened: the waiter keeps looking meanwhile.
+    opening: Option<JoinHandle<Result<Listener, String>>>,
+    /// Kept open while the doorbell lives.
+    listening: Option<Listener>,
+}
+
+impl ListeningAside {
+    pub fn new(aside: Arc<Aside>, looker: Looker) -> Self {
+        ListeningAside {
+            aside,
+            looker,
+            opening: None,
+            listening: None,
+        }
+    }
+
+    /// Starts opening the listening connection, on a task of its own.
+    fn open(&self) -> JoinHandle<Result<Listener, String>> {
+        let settings = self.aside.settings.clone();
+        let name = self.looker.waiter.name.clone();
+        let owner = self.looker.waiter.owner.clone();
+        tokio::spawn(listen_aside(settings, name, owner))
+    }
+}
+
+#[async_trait]
+impl Doorbell for ListeningAside {
+    async fn rung(&mut self) -> bool {
+        if let Some((_, heard)) = self.listening.as_mut() {
+            return heard.changed().await.is_ok();
+        }
+        loop {
+            let Some(opening) = self.opening.as_mut() else {
+                if self.aside.failed() {
+                    return self.looker.follow(false).await.is_some();
+                }
+                match self.looker.follow(true).await {
+                    None => return false,
+                    Some(Seen::Turn) => return true,
+                    Some(Seen::Near) => self.opening = Some(self.open()),
+                }
+                continue;
+            };
+            tokio::select! {
+                opened = opening => {
+                    self.opening = None;
+                    match opened {
+                        Ok(Ok(listener)) => {
+                            crate::debug!(
+                                "listening for its turn at {}",
+                                self.aside.settings.endpoint
+                            );
+                            self.listening = Some(listener);
+                            // A release may have come before the channel was recorded.
+                            return true;
+                        }
+                        Ok(Err(reason)) => self.aside.give_up(&reason),
+                        Err(_) => self.aside.give_up("the connection task ended"),
+                    }
+                }
+                seen = self.looker.follow(false) => return seen.is_some(),
+            }
+        }
+    }
+}
+
+impl Drop for ListeningAside {
+    fn drop(&mut self) {
+        if let Some(opening) = self.opening.take() {
+            opening.abort();
+        }
+    }
+}
+
+/// Connects to the server itself, listens on the waiter's channel there, and records the channel
+/// on its place in line, in that order: a release that sees the channel finds it listening.
+async fn listen_aside(settings: Settings, name: String, owner: String) -> Result<Listener, String> {
+    let link = Link::open_listener(settings)
+        .await
+        .map_err(|e| e.reason().to_owned())?;
+    let channel = schema::owner_channel(&owner);
+    let heard = match link.subscribe(&channel, None).await {
+        Ok((Subscribed::Listening(heard), _)) => heard,
+        Ok((Subscribed::Pooled, _)) => {
+            return Err("it leads to a pooler too, not to the server itself".into());
+        }
+        Err(e) => return Err(e.error.reason().to_owned()),
+    };
+    let recorded = link
+        .query(
+            REQUEST_TIMEOUT,
+            &link.sql().set_channel,
+            &[
+                (&channel, Type::TEXT),
+                (&name, Type::TEXT),
+                (&owner, Type::TEXT),
+            ],
+        )
+        .await
+        .map_err(|e| e.error.reason().to_owned())?;
+    if recorded.is_empty() {
+        return Err("its place in line is not there: is it the database behind the pooler?".into());
+    }
+    Ok((link, heard))
 }

@@ -14,7 +14,7 @@ use tokio::sync::watch;
 use tokio_postgres::types::Type;
 
 use super::crowd::Crowd;
-use super::doorbell::{Listening, Looking};
+use super::doorbell::{Aside, Listening, ListeningAside, Looking};
 use super::failure::Failure;
 use super::lease::PostgresLease;
 use super::link::{Link, REQUEST_TIMEOUT};
@@ -47,9 +47,13 @@ pub async fn open(settings: &Settings) -> Result<Box<dyn Backend>, BackendError>
             None => settings.clone(),
         },
     };
+    let aside = settings
+        .listener()
+        .map(|direct| Arc::new(Aside::new(direct)));
     let link = Link::open(settings).await?;
     let postgres = Postgres {
         link: Arc::new(link),
+        aside,
         contenders: Mutex::new(HashMap::new()),
     };
     Ok(Networked::boxed(postgres, &shown))
@@ -58,6 +62,8 @@ pub async fn open(settings: &Settings) -> Result<Box<dyn Backend>, BackendError>
 /// A PostgreSQL server, as a line of waiters.
 pub struct Postgres {
     link: Arc<Link>,
+    /// Where waiters behind a pooler listen (`listen=`), if the URL says.
+    aside: Option<Arc<Aside>>,
     /// What the tries of each contender (by owner) found, for its lease and its doorbell.
     contenders: Mutex<HashMap<String, Contender>>,
 }
@@ -229,9 +235,12 @@ impl Line for Postgres {
         };
         let (direct, view) = self.contender(&ticket.owner, |c| (c.direct, c.view.subscribe()));
         let looker = Looker::new(Arc::clone(&self.link), waiter, view);
-        Ok(match direct {
-            true => Box::new(Listening::new(Arc::clone(&self.link), looker)),
-            false => {
+        Ok(match (direct, &self.aside) {
+            (true, _) => Box::new(Listening::new(Arc::clone(&self.link), looker)),
+            (false, Some(aside)) if !aside.failed() => {
+                Box::new(ListeningAside::new(Arc::clone(aside), looker))
+            }
+            (false, _) => {
                 crate::debug!(
                     "connected through a pooler (the startup options did not reach the server): following the line by looking, not listening"
                 );

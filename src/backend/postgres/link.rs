@@ -3,7 +3,9 @@
 //!
 //! Everything a lockrun does — acquire, wait, renew, release, `status` for `--progress`, `LISTEN`
 //! — goes over one connection ([`Session`]), so a lockrun costs the server one connection,
-//! holder or waiter. Only one connection is ever being opened at a time. A request that fails for
+//! holder or waiter (the one exception: a waiter behind a pooler told where the server itself is
+//! opens a second link there, only to listen near its turn, see [`super::doorbell`]). Only one
+//! connection is ever being opened at a time. A request that fails for
 //! any reason other than an error reported by the server, that runs out of time, or that is
 //! dropped half-way (the supervisor abandons a slow renewal), throws the connection away, so the
 //! next request connects afresh: a connection that went silent is never trusted again (its
@@ -64,6 +66,9 @@ pub struct Link {
     direct: AtomicBool,
     /// Held while a connection is being opened, so there is never a second one.
     connecting: tokio::sync::Mutex<()>,
+    /// Whether a request that finds the schema missing creates it (not on a connection opened
+    /// only to listen, which may lead to the wrong database).
+    creates_schema: bool,
 }
 
 /// What subscribing to a channel found.
@@ -80,6 +85,16 @@ impl Link {
     /// anything runs. A server with no connection to spare is not a failure yet: whoever
     /// acquires rides that out (see [`super::crowd`]).
     pub async fn open(settings: Settings) -> Result<Self, BackendError> {
+        Self::open_as(settings, true).await
+    }
+
+    /// [`Link::open`] for a connection a waiter only listens on (see [`super::doorbell`]): it
+    /// never creates lockrun's schema.
+    pub async fn open_listener(settings: Settings) -> Result<Self, BackendError> {
+        Self::open_as(settings, false).await
+    }
+
+    async fn open_as(settings: Settings, creates_schema: bool) -> Result<Self, BackendError> {
         let tls = match &settings.tls {
             Tls::Off => None,
             Tls::Verified { roots } => Some(tls::connector(roots.as_deref())?),
@@ -100,6 +115,7 @@ impl Link {
             current: Mutex::new(None),
             direct: AtomicBool::new(false),
             connecting: tokio::sync::Mutex::new(()),
+            creates_schema,
         };
         let first = async {
             match link.session().await {
@@ -215,6 +231,11 @@ impl Link {
     where
         Fut: Future<Output = Result<T, Failure>>,
     {
+        if !self.creates_schema {
+            return tokio::time::timeout(limit, attempt())
+                .await
+                .unwrap_or_else(|_| Err(Failure::plain(self.timed_out(limit))));
+        }
         let create = || async {
             let session = self.session().await.map_err(|e| self.failed(&e))?;
             self.create_schema(&session)

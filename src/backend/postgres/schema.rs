@@ -55,6 +55,10 @@ pub struct Statements {
     pub peek: String,
     /// `(cookie, channel, name, slot, owner)` → `(listening, holds)`.
     pub subscribe: String,
+    /// `(channel, name, owner)` → a row when that waiter is in line: from then on, a release
+    /// whose turn it may be `NOTIFY`s it on that channel (for a waiter behind a pooler that
+    /// listens on a connection of its own to the server).
+    pub set_channel: String,
     /// `(name, slot, owner)` → a row while that hold exists.
     pub holds: String,
     /// `(name, interval_us)` → `(claimed, ago_us)`.
@@ -111,6 +115,9 @@ impl Statements {
                  handoff_ms, since_release_ms FROM {s}.peek_v2($1, $2, $3)"
             ),
             subscribe: format!("SELECT listening, holds FROM {s}.subscribe_v2($1, $2, $3, $4, $5)"),
+            set_channel: format!(
+                "UPDATE {s}.waiters SET channel = $1 WHERE name = $2 AND owner = $3 RETURNING 1"
+            ),
             holds: format!("SELECT 1 FROM {s}.leases WHERE name = $1 AND slot = $2 AND owner = $3"),
             claim_interval: format!("SELECT claimed, ago_us FROM {s}.claim_interval_v2($1, $2)"),
             ran_ago: format!(

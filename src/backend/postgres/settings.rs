@@ -10,6 +10,10 @@
 //! - `lockrun_schema=NAME` — the schema of lockrun's tables and functions (default `lockrun`),
 //!   created on first use; 1–40 characters of `a-z 0-9 _`, not starting with a digit or `pg_`.
 //!   Every user of a lock name must use the same schema.
+//! - `listen=HOST[:PORT]` — where the server itself is when the URL leads to a transaction pooler
+//!   (PgBouncer), through which `LISTEN` cannot work: a waiter near its turn opens a connection of
+//!   its own there and listens for its turn on it (see [`super::doorbell`]). Same user, password,
+//!   database and TLS as the URL; default port 5432.
 //! - `sslmode=disable|allow|prefer|require|verify-ca|verify-full` — TLS only when the URL asks
 //!   for it (`require`, `verify-ca`, `verify-full`). Unlike libpq's `require`, lockrun always
 //!   verifies the server's certificate and host name, against the system's trusted roots or
@@ -67,6 +71,7 @@ const KEYS: &[&str] = &[
     "sslmode",
     "sslrootcert",
     "lockrun_schema",
+    "listen",
 ];
 
 /// `target_session_attrs=`, libpq's names.
@@ -107,8 +112,17 @@ pub struct Settings {
     pub endpoint: String,
     /// Whether the password came from the URL or the environment (else `~/.pgpass` may have one).
     pub has_password: bool,
+    /// `listen=`: where the server itself is, when the URL leads to a pooler.
+    listen: Option<Listen>,
     url: Url,
     secrets: Vec<String>,
+}
+
+/// The server itself, behind the pooler the URL leads to.
+#[derive(Clone, Debug)]
+struct Listen {
+    config: tokio_postgres::Config,
+    endpoint: String,
 }
 
 impl Settings {
@@ -171,23 +185,20 @@ impl Settings {
                 hosts.len()
             ));
         }
-        for host in &hosts {
-            if host.is_empty() {
-                return Err("an empty host".into());
-            }
-            config.host(host);
+        if hosts.iter().any(String::is_empty) {
+            return Err("an empty host".into());
         }
-        for port in &ports {
-            config.port(*port);
-        }
-        if let Some(addrs) = url.param("hostaddr") {
-            for addr in addrs.split(',') {
-                config.hostaddr(
-                    addr.parse()
-                        .map_err(|_| format!("hostaddr {addr:?} is not an IP address"))?,
-                );
-            }
-        }
+        let hostaddrs = match url.param("hostaddr") {
+            Some(addrs) => addrs
+                .split(',')
+                .map(|addr| {
+                    addr.parse::<std::net::IpAddr>()
+                        .map_err(|_| format!("hostaddr {addr:?} is not an IP address"))
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+            None => Vec::new(),
+        };
+        let listen = url.param("listen").map(listen_address).transpose()?;
 
         let user = pick("user", url.user.clone().filter(|u| !u.is_empty()), "PGUSER")
             .unwrap_or_else(|| crate::account::current_or(|| "postgres".into()));
@@ -261,6 +272,25 @@ impl Settings {
             Tls::Verified { .. } => SslMode::Require,
         });
 
+        // The server itself, for `listen=`: everything as above but where to connect.
+        let listen = listen.map(|(host, port)| {
+            let mut direct = config.clone();
+            direct.host(&host).port(port);
+            Listen {
+                endpoint: endpoint_of(&direct),
+                config: direct,
+            }
+        });
+        for host in &hosts {
+            config.host(host);
+        }
+        for port in &ports {
+            config.port(*port);
+        }
+        for addr in hostaddrs {
+            config.hostaddr(addr);
+        }
+
         let mut secrets = url.secrets().to_vec();
         secrets.extend(password.clone());
         secrets.retain(|s| !s.is_empty());
@@ -272,8 +302,21 @@ impl Settings {
             config,
             tls,
             schema,
+            listen,
             url,
             secrets,
+        })
+    }
+
+    /// The settings of the connection on which a waiter behind a pooler listens for its turn
+    /// (`listen=`): the server itself, with the same user, password, database and TLS.
+    pub fn listener(&self) -> Option<Settings> {
+        let listen = self.listen.as_ref()?;
+        Some(Settings {
+            config: listen.config.clone(),
+            endpoint: listen.endpoint.clone(),
+            listen: None,
+            ..self.clone()
         })
     }
 
@@ -281,6 +324,9 @@ impl Settings {
     pub fn with_password(&self, password: String) -> Self {
         let mut settings = self.clone();
         settings.config.password(password.as_bytes());
+        if let Some(listen) = settings.listen.as_mut() {
+            listen.config.password(password.as_bytes());
+        }
         settings.secrets.push(password);
         settings.has_password = true;
         settings
@@ -347,6 +393,39 @@ fn endpoint_of(config: &tokio_postgres::Config) -> String {
         })
         .collect::<Vec<_>>()
         .join(",")
+}
+
+/// `listen=HOST[:PORT]` (`[V6ADDR]:PORT` for an IPv6 address with a port; a path for a socket
+/// directory): the server itself, default port 5432.
+fn listen_address(raw: &str) -> Result<(String, u16), String> {
+    let (host, port) = match raw.strip_prefix('[') {
+        Some(bracketed) => match bracketed.split_once(']') {
+            Some((host, "")) => (host, None),
+            Some((host, rest)) => match rest.strip_prefix(':') {
+                Some(port) => (host, Some(port)),
+                None => return Err(format!("listen {raw:?}: use HOST[:PORT]")),
+            },
+            None => return Err(format!("listen {raw:?}: use HOST[:PORT]")),
+        },
+        // A bare IPv6 address has several colons and no port.
+        None if raw.matches(':').count() > 1 => (raw, None),
+        None => match raw.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (raw, None),
+        },
+    };
+    if host.is_empty() {
+        return Err("listen needs HOST[:PORT] of the server behind the pooler".into());
+    }
+    let port = match port {
+        None => DEFAULT_PORT,
+        Some(port) => port
+            .parse::<u16>()
+            .ok()
+            .filter(|&p| p > 0)
+            .ok_or_else(|| format!("listen port {port:?} is not 1-65535"))?,
+    };
+    Ok((host.to_owned(), port))
 }
 
 /// A schema name lockrun accepts: lowercase letters, digits and `_`, not starting with a digit.
@@ -433,6 +512,37 @@ mod tests {
     }
 
     #[test]
+    fn listen_names_the_server_itself_with_everything_else_kept() {
+        let s = parse("postgres://u:pw@pooler:6432/app?listen=db.internal:5433&sslmode=disable");
+        assert_eq!(s.endpoint, "pooler:6432");
+        let direct = s.listener().unwrap();
+        assert_eq!(direct.endpoint, "db.internal:5433");
+        assert_eq!(direct.config.get_ports(), [5433]);
+        assert_eq!(direct.config.get_dbname(), Some("app"));
+        assert_eq!(direct.config.get_user(), Some("u"));
+        assert_eq!(direct.config.get_password(), Some(&b"pw"[..]));
+        assert_eq!(direct.all_secrets(), s.all_secrets());
+        assert!(direct.listener().is_none());
+        for (listen, endpoint) in [
+            ("db", "db:5432"),
+            ("[::1]:7000", "[::1]:7000"),
+            ("[::1]", "[::1]:5432"),
+            ("::1", "[::1]:5432"),
+            ("/run/pg", "/run/pg/.s.PGSQL.5432"),
+            ("/run/pg:5433", "/run/pg/.s.PGSQL.5433"),
+        ] {
+            let s = parse(&format!("postgres://a:1,b:2/app?listen={listen}"));
+            assert_eq!(s.endpoint, "a:1,b:2");
+            assert_eq!(s.listener().unwrap().endpoint, endpoint, "{listen}");
+        }
+        assert!(parse("postgres://h/db").listener().is_none());
+        // A password found later (the password file) reaches the listening connection too.
+        let later = parse("postgres://u@h/db?listen=d").with_password("filed".into());
+        let direct = later.listener().unwrap();
+        assert_eq!(direct.config.get_password(), Some(&b"filed"[..]));
+    }
+
+    #[test]
     fn rejects_bad_schemas_modes_and_options() {
         for bad in ["Locks", "1x", "a-b", "", "pg_x", "a\"b", &"x".repeat(41)] {
             let url = format!("postgres://u:hunter2@h/db?lockrun_schema={bad}");
@@ -447,6 +557,11 @@ mod tests {
                 "postgres://h/db?port=0",
                 "postgres://a,b/db?port=1,2,3",
                 "postgres://h/db?target_session_attrs=x",
+                "postgres://h/db?listen=",
+                "postgres://h/db?listen=d:0",
+                "postgres://h/db?listen=d:x",
+                "postgres://h/db?listen=[::1",
+                "postgres://h/db?listen=[::1]5432",
             ],
         );
         for (query, err) in [
