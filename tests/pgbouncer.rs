@@ -9,6 +9,8 @@
 use std::process::Stdio;
 use std::time::Duration;
 
+use nix::sys::signal::Signal;
+
 use crate::support::asserts::{assert_hidden, assert_one_line};
 use crate::support::backend_scenarios::assert_a_turned_away_waiter_gets_in;
 use crate::support::fixture::{Fixture, Reachable};
@@ -270,6 +272,59 @@ fn a_waiter_behind_pgbouncer_listens_at_the_server_itself_when_told_where() {
     let out = waiter.wait(SOON);
     assert_eq!(code(&out), 0, "{}", text(&out.stderr));
     assert_eq!(direct.accepted(), 1, "{}", text(&out.stderr));
+}
+
+/// Guards a listening waiter whose place lapsed (it was paused past its heartbeat): it joins the
+/// line again at the end, on a place that records no channel, so it must listen anew there —
+/// else no release would ever wake it, and it would find its turn only by re-checking.
+#[test]
+fn a_listening_waiter_that_lost_its_place_listens_again_on_the_new_one() {
+    let pooled = Pooled::start();
+    let direct = Proxy::start(pooled.server.port());
+    let s = Scene::new(pooled.url());
+    let url = format!("{}?listen=127.0.0.1:{}", pooled.url(), direct.port());
+    let mut holder = s.hold("lapse", "h", &[]);
+    let mut paused = Proc::spawn(&mut s.cmd_via(
+        &url,
+        [
+            "--name",
+            "lapse",
+            "--wait",
+            "60s",
+            "--",
+            "touch",
+            "paused.ran",
+        ],
+    ));
+    s.wait_waiters("lapse", 1);
+    let listening = wait_until(SOON, || direct.connections() == 1);
+    assert!(listening, "it never listened:\n{}", paused.stderr_so_far());
+    paused.signal(Signal::SIGSTOP);
+    // Its heartbeat (3 s) lapses; another waiter takes the head of the line meanwhile.
+    std::thread::sleep(Duration::from_millis(3500));
+    let mut other = s.spawn([
+        "--name",
+        "lapse",
+        "--wait",
+        "60s",
+        "--",
+        "touch",
+        "other.ran",
+    ]);
+    s.wait_waiters("lapse", 1);
+    paused.signal(Signal::SIGCONT);
+    let anew = wait_until(SOON, || direct.accepted() == 2);
+    assert!(
+        anew,
+        "it never listened on its new place:\n{}",
+        paused.stderr_so_far()
+    );
+    holder.finish();
+    for run in [&mut other, &mut paused] {
+        let out = run.wait(SOON);
+        assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    }
+    assert!(s.path("other.ran").exists() && s.path("paused.ran").exists());
 }
 
 /// Guards the `listen=` fallbacks: an address that never answers, and one that leads to

@@ -134,6 +134,8 @@ pub struct ListeningAside {
     opening: Option<JoinHandle<Result<Listener, String>>>,
     /// Kept open while the doorbell lives.
     listening: Option<Listener>,
+    /// How far from the head of the line the waiter's last try found it, once listening.
+    distance: i64,
 }
 
 impl ListeningAside {
@@ -143,6 +145,7 @@ impl ListeningAside {
             looker,
             opening: None,
             listening: None,
+            distance: 0,
         }
     }
 
@@ -159,6 +162,14 @@ impl ListeningAside {
 impl Doorbell for ListeningAside {
     async fn rung(&mut self) -> bool {
         if let Some((_, heard)) = self.listening.as_mut() {
+            // Farther from the head than before: its place lapsed (it was paused) and it joined
+            // again at the end, on a place that records no channel. The engine sets a doorbell
+            // up again, which listens once near its turn.
+            let distance = self.looker.last_try().distance;
+            if distance > self.distance {
+                return false;
+            }
+            self.distance = distance;
             return heard.changed().await.is_ok();
         }
         loop {
@@ -183,6 +194,7 @@ impl Doorbell for ListeningAside {
                                 self.aside.settings.endpoint
                             );
                             self.listening = Some(listener);
+                            self.distance = self.looker.last_try().distance;
                             // A release may have come before the channel was recorded.
                             return true;
                         }

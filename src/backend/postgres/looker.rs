@@ -13,7 +13,7 @@ use tokio_postgres::types::Type;
 
 use super::failure::Failure;
 use super::link::{Link, REQUEST_TIMEOUT};
-use super::pace::{EXACT_PLACES, View, ViewColumns, Waiter, pause};
+use super::pace::{EXACT_PLACES, Standing, View, ViewColumns, Waiter, pause};
 
 /// Where `peek_v2`'s answer carries the waiter's view of the line.
 const PEEK_VIEW: ViewColumns = ViewColumns {
@@ -78,6 +78,11 @@ impl Looker {
         }
         self.seen = view;
         self.seen_at = Instant::now();
+    }
+
+    /// Where the waiter's last try found it.
+    pub fn last_try(&self) -> Standing {
+        self.tries.borrow().standing
     }
 
     /// Whether the waiter is near its turn, by what it saw last.
