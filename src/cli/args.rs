@@ -65,7 +65,9 @@ pub struct Cli {
     /// (TLS with cacert, plus cert= and key= for client certificates),
     /// zk://[USER:PASS@]HOST:PORT[,HOST:PORT…][/CHROOT] (ZooKeeper; USER:PASS is digest auth, and
     /// the session timeout granted is the lease), postgres://… or postgresql://…
-    /// (sslmode=require for TLS; lockrun_schema=NAME picks the schema of lockrun's tables),
+    /// (sslmode=require for TLS; lockrun_schema=NAME picks the schema of lockrun's tables;
+    /// behind PgBouncer, listen=HOST[:PORT] names the server itself, where waiters near their
+    /// turn listen to be woken),
     /// mysql://USER[:PASS]@HOST[:PORT]/DB for MySQL 8 or MariaDB 10.6+ (ssl-mode=REQUIRED,
     /// VERIFY_CA or VERIFY_IDENTITY and ssl-ca=PATH for TLS; lockrun_table_prefix=NAME names
     /// lockrun's tables),
