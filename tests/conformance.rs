@@ -81,6 +81,10 @@ conformance!(etcd, crate::support::etcd_cluster::Etcd<1>);
 conformance!(etcd_cluster, crate::support::etcd_cluster::Etcd<3>);
 conformance!(postgres, crate::support::postgres_server::PgServer);
 conformance!(postgres_pgbouncer, crate::support::pgbouncer::Pooled);
+conformance!(
+    postgres_pgbouncer_listen,
+    crate::support::pgbouncer::PooledListening
+);
 conformance!(mysql, crate::support::mysql_server::MySqlServer);
 conformance!(zookeeper, crate::support::zk_ensemble::ZooKeeper<1>);
 conformance!(redlock, crate::support::redlock_servers::RedlockServers<3>);

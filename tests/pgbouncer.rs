@@ -246,12 +246,9 @@ fn a_waiter_behind_pgbouncer_listens_at_the_server_itself_when_told_where() {
         ],
     ));
     s.wait_waiters("aside", 1);
-    let listening = wait_until(SOON, || direct.connections() == 1);
-    assert!(
-        listening,
-        "no connection to the server itself:\n{}",
-        waiter.stderr_so_far()
-    );
+    let listening = wait_until(SOON, || listens_at_the_server(&pooled, "aside"));
+    assert!(listening, "it never listened:\n{}", waiter.stderr_so_far());
+    assert_eq!(direct.connections(), 1);
     // A look already under way when it began to listen may still arrive.
     std::thread::sleep(Duration::from_millis(200));
     let looked = pooler.observe(b"peek_v2");
@@ -284,36 +281,21 @@ fn a_listening_waiter_that_lost_its_place_listens_again_on_the_new_one() {
     let s = Scene::new(pooled.url());
     let url = format!("{}?listen=127.0.0.1:{}", pooled.url(), direct.port());
     let mut holder = s.hold("lapse", "h", &[]);
-    let mut paused = Proc::spawn(&mut s.cmd_via(
-        &url,
-        [
-            "--name",
-            "lapse",
-            "--wait",
-            "60s",
-            "--",
-            "touch",
-            "paused.ran",
-        ],
-    ));
+    let waiter = |url: &str, ran: &str| {
+        let args = ["--name", "lapse", "--wait", "60s", "--", "touch", ran];
+        Proc::spawn(&mut s.cmd_via(url, args))
+    };
+    let mut paused = waiter(&url, "paused.ran");
     s.wait_waiters("lapse", 1);
-    let listening = wait_until(SOON, || direct.connections() == 1);
+    let listening = wait_until(SOON, || listens_at_the_server(&pooled, "lapse"));
     assert!(listening, "it never listened:\n{}", paused.stderr_so_far());
     paused.signal(Signal::SIGSTOP);
     // Its heartbeat (3 s) lapses; another waiter takes the head of the line meanwhile.
     std::thread::sleep(Duration::from_millis(3500));
-    let mut other = s.spawn([
-        "--name",
-        "lapse",
-        "--wait",
-        "60s",
-        "--",
-        "touch",
-        "other.ran",
-    ]);
+    let mut other = waiter(s.url(), "other.ran");
     s.wait_waiters("lapse", 1);
     paused.signal(Signal::SIGCONT);
-    let anew = wait_until(SOON, || direct.accepted() == 2);
+    let anew = wait_until(SOON, || listens_at_the_server(&pooled, "lapse"));
     assert!(
         anew,
         "it never listened on its new place:\n{}",
@@ -325,6 +307,17 @@ fn a_listening_waiter_that_lost_its_place_listens_again_on_the_new_one() {
         assert_eq!(code(&out), 0, "{}", text(&out.stderr));
     }
     assert!(s.path("other.ran").exists() && s.path("paused.ran").exists());
+    assert_eq!(direct.accepted(), 2, "one listening connection per place");
+}
+
+/// Whether a live waiter for NAME has recorded a channel on its place in line: it listens at the
+/// server itself (behind PgBouncer, a waiter that only looks records none).
+fn listens_at_the_server(pooled: &Pooled, name: &str) -> bool {
+    let live_with_channel = pooled.server.sql(&format!(
+        "SELECT count(*) FROM lockrun.waiters WHERE name = '{name}' \
+         AND channel IS NOT NULL AND beat_until >= clock_timestamp()"
+    ));
+    live_with_channel == "1"
 }
 
 /// Guards the `listen=` fallbacks: an address that never answers, and one that leads to

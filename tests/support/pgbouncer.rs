@@ -2,7 +2,8 @@
 //! on a free loopback port, its configuration and log in a temporary directory, run as the
 //! server's user when the tests run as root (PgBouncer refuses to run as root), ready when a
 //! query through it answers (polled, never a fixed sleep), killed on drop. [`Pooled`] is the pair
-//! as one [`Fixture`], so the conformance suite runs behind PgBouncer too.
+//! as one [`Fixture`], so the conformance suite runs behind PgBouncer too; [`PooledListening`]
+//! also names the server itself (`listen=`), so the suite runs with waiters listening there.
 
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
@@ -148,14 +149,20 @@ fn program() -> PathBuf {
     }
 }
 
-/// A PostgreSQL server with a PgBouncer in front: lockrun is given PgBouncer's URL.
-pub struct Pooled {
+/// A PostgreSQL server with a PgBouncer in front: lockrun is given PgBouncer's URL, and with
+/// `LISTEN` also the server's own address (`listen=`), where waiters near their turn listen.
+pub struct BehindPgBouncer<const LISTEN: bool> {
     // Declared first: dropped (killed) before the server behind it.
     pub bouncer: PgBouncer,
     pub server: PgServer,
 }
 
-impl Pooled {
+/// Behind PgBouncer, waiters looking at the line.
+pub type Pooled = BehindPgBouncer<false>;
+/// Behind PgBouncer, waiters near their turn listening at the server itself.
+pub type PooledListening = BehindPgBouncer<true>;
+
+impl<const LISTEN: bool> BehindPgBouncer<LISTEN> {
     /// PgBouncer, configured with `options`, in front of a fresh server (with the password
     /// there too, if the options have one).
     pub fn with(options: Options) -> Self {
@@ -163,23 +170,32 @@ impl Pooled {
             Some(password) => PgServer::with_password(password).expect("postgres has passwords"),
             None => PgServer::start(),
         };
-        Pooled {
+        BehindPgBouncer {
             bouncer: PgBouncer::with(&server, options),
             server,
+        }
+    }
+
+    /// The URL of the server through `port` (PgBouncer's, or a proxy's in front of it).
+    fn url_through(&self, port: u16) -> String {
+        let url = self.server.url_on(port);
+        match LISTEN {
+            true => format!("{url}?listen=127.0.0.1:{}", self.server.port()),
+            false => url,
         }
     }
 }
 
 /// Clients reach the server through PgBouncer, through the fault proxy too; the faults hit the
-/// server behind it.
-impl Reachable for Pooled {
+/// server behind it (and the connections to it a listening waiter opens, which no proxy sits on).
+impl<const LISTEN: bool> Reachable for BehindPgBouncer<LISTEN> {
     fn url(&self) -> String {
-        self.server.url_on(self.bouncer.port())
+        self.url_through(self.bouncer.port())
     }
 
     fn proxied(&self) -> Option<(Proxy, String)> {
         Some(Proxy::in_front_of(self.bouncer.port(), |port| {
-            self.server.url_on(port)
+            self.url_through(port)
         }))
     }
 
@@ -191,7 +207,7 @@ impl Reachable for Pooled {
 /// The server's capabilities, reached through PgBouncer: the faults hit the server behind it
 /// (PgBouncer keeps its clients' connections while the server goes away and comes back), and the
 /// fault proxy sits between lockrun and PgBouncer.
-impl Fixture for Pooled {
+impl<const LISTEN: bool> Fixture for BehindPgBouncer<LISTEN> {
     fn start() -> Self {
         Self::with(Options::default())
     }

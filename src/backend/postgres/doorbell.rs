@@ -12,20 +12,23 @@
 //!   connection at the time, or nobody. The waiter follows the line by looking, all the way to
 //!   its turn.
 //! - [`ListeningAside`]: the connection goes through a pooler, and the URL says where the server
-//!   itself is (`listen=`). The waiter looks while far from its turn; near it, it opens a second
-//!   connection, to the server itself, `LISTEN`s there and records its channel on its place in
-//!   line, so a release wakes it as it wakes a direct waiter. That connection lasts only while
-//!   the waiter is near its turn: it closes when the waiter takes its turn or gives up, so the
-//!   server sees a few such connections per name, never one per waiter or per holder. Where it
-//!   cannot listen (the address does not answer, leads to a pooler too, or to another database),
-//!   lockrun says so once and the rest of the run looks instead.
+//!   itself is (`listen=`). The waiter looks while far from its turn, and while near it in a line
+//!   that moves fast; near it in a line that stands still, it opens a second connection, to the
+//!   server itself, `LISTEN`s there and records its channel on its place in line, so a release
+//!   wakes it as it wakes a direct waiter. That connection lasts only while the waiter is near
+//!   its turn: it closes when the waiter takes its turn or gives up, so the server sees a few
+//!   such connections per name, never one per waiter or per holder. Where it cannot listen (the
+//!   address does not answer, leads to a pooler too, or to another database), lockrun says so
+//!   once, and its waiters look instead for the next half minute before they try again.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use tokio_postgres::types::Type;
 
 use super::link::{Link, REQUEST_TIMEOUT, Subscribed};
@@ -41,7 +44,7 @@ pub struct Looking(pub Looker);
 #[async_trait]
 impl Doorbell for Looking {
     async fn rung(&mut self) -> bool {
-        self.0.follow(false).await.is_some()
+        self.0.follow(None).await.is_some()
     }
 }
 
@@ -69,7 +72,7 @@ impl Doorbell for Listening {
             // Any notification: a turn, a newer --supersede waiter. Several coalesce into one.
             return heard.changed().await.is_ok();
         }
-        match self.looker.follow(true).await {
+        match self.looker.follow(Some(Duration::ZERO)).await {
             None => return false,
             Some(Seen::Turn) => return true,
             Some(Seen::Near) => {}
@@ -91,29 +94,54 @@ impl Doorbell for Listening {
     }
 }
 
+/// How long a waiter near its turn behind a pooler must have stood still before it opens a
+/// connection to the server to listen there: in a line that moves faster, looking finds each turn
+/// within milliseconds, and a connection per handoff (a server process started, and catalogs read,
+/// for each) would cost the server more than the looks it saves.
+const LISTEN_AFTER_STILL: Duration = Duration::from_millis(100);
+
+/// How long after listening at the server itself failed a waiter tries there again (it looks
+/// meanwhile): long enough that an address that cannot serve costs next to nothing, short enough
+/// that a server back from a restart, or a lockrun back from a pause, soon listens again.
+const LISTEN_RETRY: Duration = Duration::from_secs(30);
+
 /// Where the waiters of a run behind a pooler may listen: the server itself (`listen=`).
 pub struct Aside {
     settings: Settings,
-    /// Set once listening there failed: the rest of the run follows the line by looking.
-    failed: AtomicBool,
+    /// When listening there last failed: until [`LISTEN_RETRY`] later, waiters look instead.
+    failed_at: Mutex<Option<Instant>>,
+    /// Whether the failure was said (once per run).
+    said: AtomicBool,
 }
 
 impl Aside {
     pub fn new(settings: Settings) -> Self {
         Aside {
             settings,
-            failed: AtomicBool::new(false),
+            failed_at: Mutex::new(None),
+            said: AtomicBool::new(false),
         }
     }
 
-    /// Whether listening there failed before.
-    pub fn failed(&self) -> bool {
-        self.failed.load(Ordering::Relaxed)
+    /// When waiters may try to listen there again; `None` when they may now.
+    fn resting_until(&self) -> Option<Instant> {
+        let failed_at = *self
+            .failed_at
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        failed_at
+            .map(|at| at + LISTEN_RETRY)
+            .filter(|&until| until > Instant::now())
     }
 
-    /// Says once why listening there failed; the run looks from then on.
-    fn give_up(&self, reason: &str) {
-        if !self.failed.swap(true, Ordering::Relaxed) {
+    /// Records that listening there failed (saying why, the first time): waiters look for a
+    /// while.
+    fn failed(&self, reason: &str) {
+        *self
+            .failed_at
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
+        if !self.said.swap(true, Ordering::Relaxed) {
             crate::warn!(
                 "cannot listen for its turn at {} ({reason}); following the line by looking",
                 self.settings.endpoint
@@ -174,10 +202,13 @@ impl Doorbell for ListeningAside {
         }
         loop {
             let Some(opening) = self.opening.as_mut() else {
-                if self.aside.failed() {
-                    return self.looker.follow(false).await.is_some();
+                if let Some(until) = self.aside.resting_until() {
+                    tokio::select! {
+                        seen = self.looker.follow(None) => return seen.is_some(),
+                        () = tokio::time::sleep_until(until) => continue,
+                    }
                 }
-                match self.looker.follow(true).await {
+                match self.looker.follow(Some(LISTEN_AFTER_STILL)).await {
                     None => return false,
                     Some(Seen::Turn) => return true,
                     Some(Seen::Near) => self.opening = Some(self.open()),
@@ -198,11 +229,11 @@ impl Doorbell for ListeningAside {
                             // A release may have come before the channel was recorded.
                             return true;
                         }
-                        Ok(Err(reason)) => self.aside.give_up(&reason),
-                        Err(_) => self.aside.give_up("the connection task ended"),
+                        Ok(Err(reason)) => self.aside.failed(&reason),
+                        Err(_) => self.aside.failed("the connection task ended"),
                     }
                 }
-                seen = self.looker.follow(false) => return seen.is_some(),
+                seen = self.looker.follow(None) => return seen.is_some(),
             }
         }
     }

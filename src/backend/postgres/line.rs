@@ -237,9 +237,7 @@ impl Line for Postgres {
         let looker = Looker::new(Arc::clone(&self.link), waiter, view);
         Ok(match (direct, &self.aside) {
             (true, _) => Box::new(Listening::new(Arc::clone(&self.link), looker)),
-            (false, Some(aside)) if !aside.failed() => {
-                Box::new(ListeningAside::new(Arc::clone(aside), looker))
-            }
+            (false, Some(aside)) => Box::new(ListeningAside::new(Arc::clone(aside), looker)),
             (false, _) => {
                 crate::debug!(
                     "connected through a pooler (the startup options did not reach the server): following the line by looking, not listening"

@@ -90,17 +90,17 @@ impl Looker {
         self.waiter.near(&self.seen.standing)
     }
 
-    /// Looks at the line until a try is called for, or (with `until_near`) the waiter came near
-    /// its turn; `None` when a look failed (the connection broke: the engine sets the doorbell up
-    /// again later).
-    pub async fn follow(&mut self, until_near: bool) -> Option<Seen> {
+    /// Looks at the line until a try is called for, or (with `until_near = Some(still)`) the
+    /// waiter is near its turn and has not moved up for `still`; `None` when a look failed (the
+    /// connection broke: the engine sets the doorbell up again later).
+    pub async fn follow(&mut self, until_near: Option<Duration>) -> Option<Seen> {
         loop {
             if self.look.is_none() {
                 if self.tries.has_changed().unwrap_or(false) {
                     let view = *self.tries.borrow_and_update();
                     self.see(view);
                 }
-                if until_near && self.near() {
+                if until_near.is_some_and(|still| self.moved_at.elapsed() >= still) && self.near() {
                     return Some(Seen::Near);
                 }
                 let pause = pause(
