@@ -2,8 +2,9 @@
 """Chaos soak: W workers loop lockrun on ONE name while a chaos loop injects faults; a checker
 (check.py, next to this script) then proves the invariants on the log.
 
-Per backend (file, redis, redlock, etcd, postgres, mysql, zk, dynamodb; the servers are started by
-this script on free loopback ports in a temporary directory, as the benchmarks in bench/ do):
+Per backend (file, redis, redlock, etcd, postgres, pgbouncer — PostgreSQL behind PgBouncer with
+waiters listening at the server itself —, mysql, zk, dynamodb; the servers are started by this
+script on free loopback ports in a temporary directory, as the benchmarks in bench/ do):
 
   * W workers (default 6) each loop `lockrun --backend URL --name soak --ttl T -- SECTION`.
   * SECTION is a small bash script (one process, plus one `sleep`): it records its pid, process
@@ -80,7 +81,8 @@ import mariadb_server  # noqa: E402
 import check as soak_check  # noqa: E402
 from benchlib import Broken  # noqa: E402
 
-BACKENDS = ["file", "redis", "redlock", "etcd", "postgres", "mysql", "zk", "dynamodb"]
+BACKENDS = ["file", "redis", "redlock", "etcd", "postgres", "pgbouncer", "mysql", "zk",
+            "dynamodb"]
 NAME = "soak"
 TTL = "1s"  # requested lease (etcd raises it to its minimum, 2 s); --ttl
 CI_TTL = "2s"  # --ci: more slack for a loaded CI machine (a lockrun starved past its lease
@@ -116,7 +118,7 @@ def fault_mix(networked: bool, quorum: bool = False) -> list[tuple[str, int]]:
 # every session it restores a whole TTL again (ZooKeeper does).
 RECOVERY_TTLS = 5
 RECOVERY_MIN = 10.0
-CI_SECONDS = 10  # per backend with --ci (5 backends: 50 s of soak, plus start-up and drain)
+CI_SECONDS = 10  # per backend with --ci (9 backends: 90 s of soak, plus start-up and drain)
 
 SECTION = r"""# lockrun soak critical section (bash). Args: RUN LOG STORE_PORT WORK_SECONDS
 run=$1 log=$2 tok=$FENCING_TOKEN
@@ -260,6 +262,10 @@ class Backend:
                 pass
         if proc is not None:
             proc.wait()
+
+    def close(self) -> None:
+        """Stops everything this backend started, for good (after the soak)."""
+        self.stop()
 
     def signal(self, sig: int) -> None:
         try:
@@ -430,6 +436,54 @@ class PostgresBackend(Backend):
         benchlib.remove_postgres_shm(self.dir / "data")
 
 
+class PgBouncerBackend(PostgresBackend):
+    """PostgreSQL behind a PgBouncer in transaction pooling, with `listen=` naming the server
+    itself, so waiters near their turn listen there. The faults hit the server; PgBouncer stays
+    up through them, as it would in front of a restarting server (`server_login_retry = 1`, as
+    README says)."""
+
+    kind = "pgbouncer"
+
+    def __init__(self, tmp: Path):
+        super().__init__(tmp)
+        self.bouncer_port = benchlib.free_port()
+        self.bouncer = None
+        self.program = ("/usr/sbin/pgbouncer" if os.path.exists("/usr/sbin/pgbouncer")
+                        else "pgbouncer")
+        (self.dir / "users.txt").write_text('"postgres" ""\n')
+        self.ini = self.dir / "pgbouncer.ini"
+        self.ini.write_text(
+            f"[databases]\n* = host=127.0.0.1 port={self.port}\n\n[pgbouncer]\n"
+            f"listen_addr = 127.0.0.1\nlisten_port = {self.bouncer_port}\n"
+            f"unix_socket_dir =\nauth_type = trust\nauth_file = {self.dir / 'users.txt'}\n"
+            f"pool_mode = transaction\ndefault_pool_size = 20\nserver_login_retry = 1\n"
+            f"ignore_startup_parameters = extra_float_digits,options\n"
+            f"logfile = {self.dir / 'pgbouncer.log'}\n")
+
+    def url(self) -> str:
+        return (f"postgres://postgres@127.0.0.1:{self.bouncer_port}/postgres"
+                f"?listen=127.0.0.1:{self.port}")
+
+    def start(self) -> None:
+        super().start()
+        if self.bouncer is None:
+            self.bouncer = subprocess.Popen(
+                [self.program, str(self.ini)], user=self.user, start_new_session=True,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            deadline = time.monotonic() + 30
+            while not benchlib.accepts(self.bouncer_port):
+                if self.bouncer.poll() is not None or time.monotonic() > deadline:
+                    raise Broken(f"pgbouncer on port {self.bouncer_port} did not start")
+                time.sleep(0.02)
+
+    def close(self) -> None:
+        if self.bouncer is not None and self.bouncer.poll() is None:
+            self.bouncer.kill()
+        if self.bouncer is not None:
+            self.bouncer.wait()
+        super().close()
+
+
 class MySqlBackend(Backend):
     """MariaDB with commits flushed at once, as a server holding locks should run."""
 
@@ -507,7 +561,8 @@ class DynamodbBackend(Backend):
 
 
 BACKEND_CLASSES = {"file": FileBackend, "redis": RedisBackend, "redlock": RedlockBackend,
-                   "etcd": EtcdBackend, "postgres": PostgresBackend, "mysql": MySqlBackend,
+                   "etcd": EtcdBackend, "postgres": PostgresBackend,
+                   "pgbouncer": PgBouncerBackend, "mysql": MySqlBackend,
                    "zk": ZkBackend, "dynamodb": DynamodbBackend}
 
 
@@ -1000,7 +1055,7 @@ def main() -> int:
     ap.add_argument("--backend", default="all", choices=BACKENDS + ["all"])
     ap.add_argument("--seconds", type=float, default=60.0, help="per backend (default 60)")
     ap.add_argument("--ci", action="store_true",
-                    help=f"CI preset: {CI_SECONDS} s per backend (under two minutes for all of them)")
+                    help=f"CI preset: {CI_SECONDS} s per backend (about two minutes for all of them)")
     ap.add_argument("--workers", type=int, default=6)
     ap.add_argument("--ttl", help=f"requested lease (default {TTL}; {CI_TTL} with --ci)")
     ap.add_argument("--bin", metavar="PATH", help="lockrun binary (default: a release build)")
@@ -1015,7 +1070,8 @@ def main() -> int:
 
     benchlib.scrub_env("PG")
     needs = {"file": [], "redis": ["redis-server"], "redlock": ["redis-server"], "etcd": ["etcd"],
-             "postgres": [], "mysql": ["mariadb-install-db"], "zk": ["java"], "dynamodb": ["node"]}
+             "postgres": [], "pgbouncer": [], "mysql": ["mariadb-install-db"], "zk": ["java"],
+             "dynamodb": ["node"]}
     benchlib.require(["bash", "sleep"] + [p for b in backends for p in needs[b]])
     binary = benchlib.lockrun_binary(args.bin)
 
@@ -1050,7 +1106,7 @@ def main() -> int:
             return 130
         finally:
             if backend is not None:
-                backend.stop()
+                backend.close()
             shutil.rmtree(tmp, ignore_errors=True)
         rep = soak_check.check_dir(logdir)
         rep.name = f"{kind} ({elapsed:.1f} s, {args.workers} workers, TTL {soak.ttl_ms} ms)"
