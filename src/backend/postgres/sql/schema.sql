@@ -23,7 +23,9 @@
 -- of the line, or the run of shared waiters at its head), and `release --force` NOTIFYs each
 -- holder on the same per-owner channel. A waiter behind a transaction pooler (PgBouncer), where
 -- LISTEN cannot work, records no channel and polls `peek_v2`, paced by `epoch` (every change
--- that may make it someone's turn) and the line's recent pace. A version 1 waiter (an older
+-- that may make it someone's turn) and the line's recent pace; told where the server itself is
+-- (`listen=`), it LISTENs on a connection of its own there once near its turn and then records
+-- its channel on its row with a plain UPDATE. A version 1 waiter (an older
 -- lockrun) records '' and is woken on the name's own channel, which version 1 listens to.
 --
 -- Tokens are floored by the server's clock in microseconds, so they keep rising even after a
