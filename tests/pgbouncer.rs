@@ -4,7 +4,8 @@
 //! once on a server that allows 60 connections, PgBouncer refusing lockrun's startup options
 //! is met with the setting that fixes it, a holder rides through a server restart, an answer
 //! one lockrun abandons never reaches the next client, and a waiter told where the server itself
-//! is (`listen=`) listens there near its turn instead of looking, or says why it cannot.
+//! is (`listen=`) listens there near its turn instead of looking, or says why it cannot and
+//! tries again later.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -308,6 +309,35 @@ fn a_listening_waiter_that_lost_its_place_listens_again_on_the_new_one() {
     }
     assert!(s.path("other.ran").exists() && s.path("paused.ran").exists());
     assert_eq!(direct.accepted(), 2, "one listening connection per place");
+}
+
+/// Guards the retry after a failed listen: the server itself turned the waiter away (every
+/// connection reset, as a restarting server would), so it looked instead; half a minute later it
+/// listens there after all, having said so only once.
+#[test]
+fn a_waiter_that_could_not_listen_tries_again_later() {
+    let pooled = Pooled::start();
+    let direct = Proxy::start(pooled.server.port());
+    direct.reset();
+    let s = Scene::new(pooled.url());
+    let url = format!("{}?listen=127.0.0.1:{}", pooled.url(), direct.port());
+    let mut holder = s.hold("retry", "h", &[]);
+    let mut waiter = Proc::spawn(&mut s.cmd_via(
+        &url,
+        ["--name", "retry", "--wait", "90s", "--", "touch", "ran"],
+    ));
+    let said = format!("cannot listen for its turn at 127.0.0.1:{}", direct.port());
+    let reported = wait_until(SOON, || waiter.stderr_so_far().contains(&said));
+    assert!(reported, "{}", waiter.stderr_so_far());
+    direct.heal();
+    let listening = wait_until(Duration::from_secs(45), || {
+        listens_at_the_server(&pooled, "retry")
+    });
+    assert!(listening, "it never listened:\n{}", waiter.stderr_so_far());
+    holder.finish();
+    let out = waiter.wait(SOON);
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    assert_eq!(text(&out.stderr).matches(&said).count(), 1);
 }
 
 /// Whether a live waiter for NAME has recorded a channel on its place in line: it listens at the
