@@ -154,7 +154,7 @@ impl Aside {
 type Listener = (Link, watch::Receiver<Heard>);
 
 /// Looking while far from its turn, listening on a connection of its own to the server itself
-/// once near it, for a waiter behind a pooler.
+/// once near it in a line that stands still, for a waiter behind a pooler.
 pub struct ListeningAside {
     aside: Arc<Aside>,
     looker: Looker,
