@@ -340,6 +340,47 @@ fn a_waiter_that_could_not_listen_tries_again_later() {
     assert_eq!(text(&out.stderr).matches(&said).count(), 1);
 }
 
+/// Guards `listen=HOST:PORT/DBNAME` behind a PgBouncer whose name for the database is not the
+/// server's: without `/DBNAME` the listening connection asks the server for a database it does
+/// not have (said once; the waiter looks and still gets in), with it the waiter listens.
+#[test]
+fn behind_a_pgbouncer_alias_listen_names_the_servers_own_database() {
+    let pooled = Pooled::start();
+    let s = Scene::new(pooled.url());
+    let aliased = format!(
+        "postgres://postgres@127.0.0.1:{}/aliased",
+        pooled.bouncer.port()
+    );
+    let server = format!("127.0.0.1:{}", pooled.server.port());
+    let said = format!("cannot listen for its turn at {server}");
+    for (i, listen) in [server.clone(), format!("{server}/postgres")]
+        .iter()
+        .enumerate()
+    {
+        let name = format!("alias/{i}");
+        let mut holder = s.hold(&name, &format!("h{i}"), &[]);
+        let url = format!("{aliased}?listen={listen}");
+        let args = ["--name", &name, "--wait", "60s", "--", "true"];
+        let mut waiter = Proc::spawn(&mut s.cmd_via(&url, args));
+        let named = match i {
+            0 => wait_until(SOON, || waiter.stderr_so_far().contains(&said)),
+            _ => wait_until(SOON, || listens_at_the_server(&pooled, &name)),
+        };
+        assert!(named, "{listen}: {}", waiter.stderr_so_far());
+        holder.finish();
+        let out = waiter.wait(SOON);
+        assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+        let stderr = text(&out.stderr);
+        assert_eq!(stderr.matches(&said).count(), 1 - i, "{listen}: {stderr}");
+        if i == 0 {
+            assert!(
+                stderr.contains("aliased"),
+                "the reason names the database: {stderr}"
+            );
+        }
+    }
+}
+
 /// Whether a live waiter for NAME has recorded a channel on its place in line: it listens at the
 /// server itself (behind PgBouncer, a waiter that only looks records none).
 fn listens_at_the_server(pooled: &Pooled, name: &str) -> bool {

@@ -66,8 +66,8 @@ pub struct Cli {
     /// zk://[USER:PASS@]HOST:PORT[,HOST:PORT…][/CHROOT] (ZooKeeper; USER:PASS is digest auth, and
     /// the session timeout granted is the lease), postgres://… or postgresql://…
     /// (sslmode=require for TLS; lockrun_schema=NAME picks the schema of lockrun's tables;
-    /// behind PgBouncer, listen=HOST[:PORT] names the server itself, where waiters near their
-    /// turn listen to be woken),
+    /// behind PgBouncer, listen=HOST[:PORT][/DBNAME] names the server itself, where waiters near
+    /// their turn listen to be woken),
     /// mysql://USER[:PASS]@HOST[:PORT]/DB for MySQL 8 or MariaDB 10.6+ (ssl-mode=REQUIRED,
     /// VERIFY_CA or VERIFY_IDENTITY and ssl-ca=PATH for TLS; lockrun_table_prefix=NAME names
     /// lockrun's tables),

@@ -53,7 +53,7 @@ pub struct PgBouncer {
 
 impl PgBouncer {
     /// Transaction pooling in front of `server`, configured as lockrun's README says (with the
-    /// [`Options`] a test changes).
+    /// [`Options`] a test changes); its database `aliased` is the server's `postgres`.
     pub fn with(server: &PgServer, options: Options) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let owner = ServerUser::find();
@@ -79,7 +79,9 @@ impl PgBouncer {
             std::fs::write(
                 &ini,
                 format!(
-                    "[databases]\n* = host=127.0.0.1 port={server_port}\n\n[pgbouncer]\n\
+                    "[databases]\n\
+                     aliased = host=127.0.0.1 port={server_port} dbname=postgres\n\
+                     * = host=127.0.0.1 port={server_port}\n\n[pgbouncer]\n\
                      listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n\
                      auth_type = {auth}\nauth_file = {users}\npool_mode = transaction\n\
                      max_client_conn = {max}\ndefault_pool_size = {pool}\n\

@@ -10,10 +10,11 @@
 //! - `lockrun_schema=NAME` — the schema of lockrun's tables and functions (default `lockrun`),
 //!   created on first use; 1–40 characters of `a-z 0-9 _`, not starting with a digit or `pg_`.
 //!   Every user of a lock name must use the same schema.
-//! - `listen=HOST[:PORT]` — where the server itself is when the URL leads to a transaction pooler
-//!   (PgBouncer), through which `LISTEN` cannot work: a waiter near its turn opens a connection of
-//!   its own there and listens for its turn on it (see [`super::doorbell`]). Same user, password,
-//!   database and TLS as the URL; default port 5432.
+//! - `listen=HOST[:PORT][/DBNAME]` — where the server itself is when the URL leads to a
+//!   transaction pooler (PgBouncer), through which `LISTEN` cannot work: a waiter near its turn
+//!   opens a connection of its own there and listens for its turn on it (see
+//!   [`super::doorbell`]). Same user, password, database (unless `/DBNAME` gives the server's
+//!   name for it, where the pooler's differs) and TLS as the URL; default port 5432.
 //! - `sslmode=disable|allow|prefer|require|verify-ca|verify-full` — TLS only when the URL asks
 //!   for it (`require`, `verify-ca`, `verify-full`). Unlike libpq's `require`, lockrun always
 //!   verifies the server's certificate and host name, against the system's trusted roots or
@@ -273,9 +274,12 @@ impl Settings {
         });
 
         // The server itself, for `listen=`: everything as above but where to connect.
-        let listen = listen.map(|(host, port)| {
+        let listen = listen.map(|address| {
             let mut direct = config.clone();
-            direct.host(&host).port(port);
+            direct.host(&address.host).port(address.port);
+            if let Some(dbname) = &address.dbname {
+                direct.dbname(dbname);
+            }
             Listen {
                 endpoint: endpoint_of(&direct),
                 config: direct,
@@ -395,17 +399,34 @@ fn endpoint_of(config: &tokio_postgres::Config) -> String {
         .join(",")
 }
 
-/// `listen=HOST[:PORT]` (`[V6ADDR]:PORT` for an IPv6 address with a port; a path for a socket
-/// directory): the server itself, default port 5432.
-fn listen_address(raw: &str) -> Result<(String, u16), String> {
+/// Where the server itself is, from `listen=`.
+struct ListenAddress {
+    host: String,
+    port: u16,
+    /// The server's name for the database, when the pooler's differs.
+    dbname: Option<String>,
+}
+
+/// `listen=HOST[:PORT][/DBNAME]` (`[V6ADDR]:PORT` for an IPv6 address with a port; a path, with
+/// no database, for a socket directory): the server itself, default port 5432.
+fn listen_address(raw: &str) -> Result<ListenAddress, String> {
+    let (address, dbname) = match raw.starts_with('/') {
+        true => (raw, None),
+        false => match raw.split_once('/') {
+            Some((_, "")) => return Err(format!("listen {raw:?}: the database after / is empty")),
+            Some((address, dbname)) => (address, Some(dbname.to_owned())),
+            None => (raw, None),
+        },
+    };
+    let raw = address;
     let (host, port) = match raw.strip_prefix('[') {
         Some(bracketed) => match bracketed.split_once(']') {
             Some((host, "")) => (host, None),
             Some((host, rest)) => match rest.strip_prefix(':') {
                 Some(port) => (host, Some(port)),
-                None => return Err(format!("listen {raw:?}: use HOST[:PORT]")),
+                None => return Err(format!("listen {raw:?}: use HOST[:PORT][/DBNAME]")),
             },
-            None => return Err(format!("listen {raw:?}: use HOST[:PORT]")),
+            None => return Err(format!("listen {raw:?}: use HOST[:PORT][/DBNAME]")),
         },
         // A bare IPv6 address has several colons and no port.
         None if raw.matches(':').count() > 1 => (raw, None),
@@ -415,7 +436,7 @@ fn listen_address(raw: &str) -> Result<(String, u16), String> {
         },
     };
     if host.is_empty() {
-        return Err("listen needs HOST[:PORT] of the server behind the pooler".into());
+        return Err("listen needs HOST[:PORT][/DBNAME] of the server behind the pooler".into());
     }
     let port = match port {
         None => DEFAULT_PORT,
@@ -425,7 +446,11 @@ fn listen_address(raw: &str) -> Result<(String, u16), String> {
             .filter(|&p| p > 0)
             .ok_or_else(|| format!("listen port {port:?} is not 1-65535"))?,
     };
-    Ok((host.to_owned(), port))
+    Ok(ListenAddress {
+        host: host.to_owned(),
+        port,
+        dbname,
+    })
 }
 
 /// A schema name lockrun accepts: lowercase letters, digits and `_`, not starting with a digit.
@@ -536,6 +561,14 @@ mod tests {
             assert_eq!(s.listener().unwrap().endpoint, endpoint, "{listen}");
         }
         assert!(parse("postgres://h/db").listener().is_none());
+        // The server's own name for a database the pooler calls otherwise.
+        let s = parse("postgres://pooler/alias?listen=db:5433/real");
+        let direct = s.listener().unwrap();
+        assert_eq!(direct.endpoint, "db:5433");
+        assert_eq!(direct.config.get_dbname(), Some("real"));
+        assert_eq!(s.config.get_dbname(), Some("alias"));
+        let s = parse("postgres://pooler/alias?listen=[::1]/real");
+        assert_eq!(s.listener().unwrap().config.get_dbname(), Some("real"));
         // A password found later (the password file) reaches the listening connection too.
         let later = parse("postgres://u@h/db?listen=d").with_password("filed".into());
         let direct = later.listener().unwrap();
@@ -562,6 +595,8 @@ mod tests {
                 "postgres://h/db?listen=d:x",
                 "postgres://h/db?listen=[::1",
                 "postgres://h/db?listen=[::1]5432",
+                "postgres://h/db?listen=d:5432/",
+                "postgres://h/db?listen=d:x/real",
             ],
         );
         for (query, err) in [
