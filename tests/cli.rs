@@ -71,7 +71,7 @@ const BAD_OPTIONS: &[(&[&str], &str)] = &[
     ),
     (
         &["--backend", "postgres://h:6432/db?listen=h:99999"],
-        "listen port",
+        "listen endpoint \"h:99999\": port \"99999\" is not 1-65535",
     ),
     (&["--bogus"], "--bogus"),
 ];

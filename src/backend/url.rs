@@ -347,6 +347,12 @@ fn shown_tail(path: &str, query: Vec<&str>) -> String {
     format!("{path}?{}", pairs.join("&"))
 }
 
+/// One `HOST[:PORT]` given apart from a URL's authority (a URL option naming another server);
+/// errors quote it, prefixed with `key`.
+pub fn host_port(key: &str, text: &str) -> Result<HostPort, String> {
+    parse_host_port(text, true).map_err(|e| format!("{key} {e}"))
+}
+
 /// Parses one `HOST[:PORT]`. `after_userinfo` says that the URL had an `@` before it: then the
 /// text can only be an endpoint, and errors quote it. Without one, a broken endpoint may be
 /// credentials whose `@HOST` was left out (`redis://:hunter2`), so errors quote none of it.

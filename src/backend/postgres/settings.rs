@@ -41,7 +41,7 @@ use async_trait::async_trait;
 use tokio_postgres::config::{ChannelBinding, Host, LoadBalanceHosts, SslMode, TargetSessionAttrs};
 
 use crate::backend::sql_names::is_plain_name;
-use crate::backend::url::{LoneUserinfo, Url, UrlForms};
+use crate::backend::url::{LoneUserinfo, Url, UrlForms, host_port};
 use crate::backend::{Backend, BackendError, Holds};
 
 const DEFAULT_SCHEMA: &str = "lockrun";
@@ -418,37 +418,36 @@ fn listen_address(raw: &str) -> Result<ListenAddress, String> {
             None => (raw, None),
         },
     };
-    let raw = address;
-    let (host, port) = match raw.strip_prefix('[') {
-        Some(bracketed) => match bracketed.split_once(']') {
-            Some((host, "")) => (host, None),
-            Some((host, rest)) => match rest.strip_prefix(':') {
-                Some(port) => (host, Some(port)),
-                None => return Err(format!("listen {raw:?}: use HOST[:PORT][/DBNAME]")),
-            },
-            None => return Err(format!("listen {raw:?}: use HOST[:PORT][/DBNAME]")),
-        },
-        // A bare IPv6 address has several colons and no port.
-        None if raw.matches(':').count() > 1 => (raw, None),
-        None => match raw.rsplit_once(':') {
-            Some((host, port)) => (host, Some(port)),
-            None => (raw, None),
-        },
-    };
-    if host.is_empty() {
-        return Err("listen needs HOST[:PORT][/DBNAME] of the server behind the pooler".into());
-    }
-    let port = match port {
-        None => DEFAULT_PORT,
-        Some(port) => port
-            .parse::<u16>()
-            .ok()
-            .filter(|&p| p > 0)
-            .ok_or_else(|| format!("listen port {port:?} is not 1-65535"))?,
+    let (host, port) = match address.starts_with('/') {
+        // A socket directory, with an optional `:PORT` (the number in its socket file's name).
+        true => {
+            let (dir, port) = match address.rsplit_once(':') {
+                Some((dir, port)) => (dir, Some(port)),
+                None => (address, None),
+            };
+            let port = port
+                .map(|p| {
+                    p.parse::<u16>()
+                        .ok()
+                        .filter(|&p| p > 0)
+                        .ok_or_else(|| format!("listen {raw:?}: port {p:?} is not 1-65535"))
+                })
+                .transpose()?;
+            (dir.to_owned(), port)
+        }
+        false => {
+            // A bare IPv6 address has several colons and no port.
+            let address = match address.matches(':').count() > 1 && !address.starts_with('[') {
+                true => format!("[{address}]"),
+                false => address.to_owned(),
+            };
+            let parsed = host_port("listen", &address)?;
+            (parsed.bare_host().to_owned(), parsed.port)
+        }
     };
     Ok(ListenAddress {
-        host: host.to_owned(),
-        port,
+        host,
+        port: port.unwrap_or(DEFAULT_PORT),
         dbname,
     })
 }
@@ -597,6 +596,8 @@ mod tests {
                 "postgres://h/db?listen=[::1]5432",
                 "postgres://h/db?listen=d:5432/",
                 "postgres://h/db?listen=d:x/real",
+                "postgres://h/db?listen=a b",
+                "postgres://h/db?listen=/run/pg:0",
             ],
         );
         for (query, err) in [
