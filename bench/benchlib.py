@@ -181,6 +181,38 @@ def start_dynalite(port: int, data: Path, log) -> subprocess.Popen:
         stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
 
 
+def start_pgbouncer(conf: Path, server_port: int, user: str | None, pool_size: int = 20,
+                    max_client_conn: int = 1500) -> tuple[subprocess.Popen, int]:
+    """Starts a PgBouncer in transaction pooling on a free loopback port, in front of the
+    PostgreSQL server on 127.0.0.1:`server_port`, configured as lockrun's README says (lockrun's
+    startup options ignored, a second between logins to a restarting server); its configuration,
+    user list and log in `conf`, run as `user` (PgBouncer refuses root), in a process group of
+    its own. Returns the process and its port once the port accepts."""
+    program = "/usr/sbin/pgbouncer" if os.path.exists("/usr/sbin/pgbouncer") else "pgbouncer"
+    require([program], " (apt-get install pgbouncer)")
+    port = free_port()
+    (conf / "users.txt").write_text('"postgres" ""\n')
+    ini = conf / "pgbouncer.ini"
+    ini.write_text(
+        f"[databases]\n* = host=127.0.0.1 port={server_port}\n\n[pgbouncer]\n"
+        f"listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n"
+        f"auth_type = trust\nauth_file = {conf / 'users.txt'}\npool_mode = transaction\n"
+        f"max_client_conn = {max_client_conn}\ndefault_pool_size = {pool_size}\n"
+        f"server_login_retry = 1\nignore_startup_parameters = extra_float_digits,options\n"
+        f"logfile = {conf / 'pgbouncer.log'}\n")
+    proc = subprocess.Popen([program, str(ini)], user=user, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 30
+    while not accepts(port):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            raise Broken(f"pgbouncer on port {port} did not start (see {conf / 'pgbouncer.log'})")
+        time.sleep(0.02)
+    return proc, port
+
+
 def accepts(port: int) -> bool:
     """Whether something on 127.0.0.1:`port` accepts a connection."""
     try:

@@ -72,14 +72,6 @@ LONG_HOLD_REPS = 10
 LONG_HOLD_TARGET_MS = 50.0
 
 
-def wait_for(what: str, check, proc: subprocess.Popen, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise Broken(f"{what} did not start")
-        time.sleep(0.02)
-
-
 class Servers:
     """A private PostgreSQL cluster and a PgBouncer in front of it."""
 
@@ -92,26 +84,8 @@ class Servers:
         self.pg = self.postgres.proc
         self.bouncer: subprocess.Popen | None = None
         self.psql("CREATE EXTENSION pg_stat_statements")
-        self.bouncer_port = benchlib.free_port()
-        (tmp / "users.txt").write_text('"postgres" ""\n')
-        ini = tmp / "pgbouncer.ini"
-        ini.write_text(
-            f"[databases]\n* = host=127.0.0.1 port={self.port}\n\n[pgbouncer]\n"
-            f"listen_addr = 127.0.0.1\nlisten_port = {self.bouncer_port}\n"
-            f"unix_socket_dir =\nauth_type = trust\nauth_file = {tmp / 'users.txt'}\n"
-            f"pool_mode = transaction\nmax_client_conn = 1500\n"
-            f"default_pool_size = {POOL_SIZE}\n"
-            f"ignore_startup_parameters = extra_float_digits,options\n"
-            f"logfile = {tmp / 'pgbouncer.log'}\n")
-        program = "/usr/sbin/pgbouncer" if os.path.exists("/usr/sbin/pgbouncer") else "pgbouncer"
-        benchlib.require([program], " (apt-get install pgbouncer)")
-        self.bouncer = subprocess.Popen(
-            [program, str(ini)], user=self.user, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL, start_new_session=True)
-        wait_for("pgbouncer", lambda: subprocess.run(
-            [*self.psql_base(self.bouncer_port), "-c", "SELECT 1"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0,
-            self.bouncer)
+        self.bouncer, self.bouncer_port = benchlib.start_pgbouncer(
+            tmp, self.port, self.user, pool_size=POOL_SIZE)
 
     def url(self, path: str) -> str:
         """The URL for `path`: "direct", "pgbouncer", or "listen" (through PgBouncer, with

@@ -446,19 +446,8 @@ class PgBouncerBackend(PostgresBackend):
 
     def __init__(self, tmp: Path):
         super().__init__(tmp)
-        self.bouncer_port = benchlib.free_port()
         self.bouncer = None
-        self.program = ("/usr/sbin/pgbouncer" if os.path.exists("/usr/sbin/pgbouncer")
-                        else "pgbouncer")
-        (self.dir / "users.txt").write_text('"postgres" ""\n')
-        self.ini = self.dir / "pgbouncer.ini"
-        self.ini.write_text(
-            f"[databases]\n* = host=127.0.0.1 port={self.port}\n\n[pgbouncer]\n"
-            f"listen_addr = 127.0.0.1\nlisten_port = {self.bouncer_port}\n"
-            f"unix_socket_dir =\nauth_type = trust\nauth_file = {self.dir / 'users.txt'}\n"
-            f"pool_mode = transaction\ndefault_pool_size = 20\nserver_login_retry = 1\n"
-            f"ignore_startup_parameters = extra_float_digits,options\n"
-            f"logfile = {self.dir / 'pgbouncer.log'}\n")
+        self.bouncer_port = 0
 
     def url(self) -> str:
         return (f"postgres://postgres@127.0.0.1:{self.bouncer_port}/postgres"
@@ -467,14 +456,8 @@ class PgBouncerBackend(PostgresBackend):
     def start(self) -> None:
         super().start()
         if self.bouncer is None:
-            self.bouncer = subprocess.Popen(
-                [self.program, str(self.ini)], user=self.user, start_new_session=True,
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            deadline = time.monotonic() + 30
-            while not benchlib.accepts(self.bouncer_port):
-                if self.bouncer.poll() is not None or time.monotonic() > deadline:
-                    raise Broken(f"pgbouncer on port {self.bouncer_port} did not start")
-                time.sleep(0.02)
+            self.bouncer, self.bouncer_port = benchlib.start_pgbouncer(
+                self.dir, self.port, self.user)
 
     def close(self) -> None:
         if self.bouncer is not None and self.bouncer.poll() is None:
