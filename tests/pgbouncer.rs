@@ -16,7 +16,7 @@ use crate::support::asserts::{assert_hidden, assert_one_line};
 use crate::support::backend_scenarios::assert_a_turned_away_waiter_gets_in;
 use crate::support::fixture::{Fixture, Reachable};
 use crate::support::lockrun::{Proc, lockrun, output, stderr_of_exited};
-use crate::support::pgbouncer::{Options, Pooled};
+use crate::support::pgbouncer::{Options, Pooled, listening_at};
 use crate::support::proxy::Proxy;
 use crate::support::scene::Scene;
 use crate::support::single_server::SingleServer;
@@ -233,11 +233,7 @@ fn a_waiter_behind_pgbouncer_listens_at_the_server_itself_when_told_where() {
     let direct = Proxy::start(pooled.server.port());
     let pooler = Proxy::start(pooled.bouncer.port());
     let s = Scene::new(pooled.url());
-    let url = format!(
-        "{}?listen=127.0.0.1:{}",
-        pooled.server.url_on(pooler.port()),
-        direct.port()
-    );
+    let url = listening_at(&pooled.server.url_on(pooler.port()), direct.port());
     let mut holder = s.hold("aside", "h", &[]);
     let script = "touch w.held; while [ ! -e w.go ]; do sleep 0.01; done";
     let mut waiter = Proc::spawn(&mut s.cmd_via(
@@ -280,7 +276,7 @@ fn a_listening_waiter_that_lost_its_place_listens_again_on_the_new_one() {
     let pooled = Pooled::start();
     let direct = Proxy::start(pooled.server.port());
     let s = Scene::new(pooled.url());
-    let url = format!("{}?listen=127.0.0.1:{}", pooled.url(), direct.port());
+    let url = listening_at(&pooled.url(), direct.port());
     let mut holder = s.hold("lapse", "h", &[]);
     let waiter = |url: &str, ran: &str| {
         let args = ["--name", "lapse", "--wait", "60s", "--", "touch", ran];
@@ -320,13 +316,13 @@ fn a_waiter_that_could_not_listen_tries_again_later() {
     let direct = Proxy::start(pooled.server.port());
     direct.reset();
     let s = Scene::new(pooled.url());
-    let url = format!("{}?listen=127.0.0.1:{}", pooled.url(), direct.port());
+    let url = listening_at(&pooled.url(), direct.port());
     let mut holder = s.hold("retry", "h", &[]);
     let mut waiter = Proc::spawn(&mut s.cmd_via(
         &url,
         ["--name", "retry", "--wait", "90s", "--", "touch", "ran"],
     ));
-    let said = format!("cannot listen for its turn at 127.0.0.1:{}", direct.port());
+    let said = cannot_listen_at(&format!("127.0.0.1:{}", direct.port()));
     let reported = wait_until(SOON, || waiter.stderr_so_far().contains(&said));
     assert!(reported, "{}", waiter.stderr_so_far());
     direct.heal();
@@ -352,7 +348,7 @@ fn behind_a_pgbouncer_alias_listen_names_the_servers_own_database() {
         pooled.bouncer.port()
     );
     let server = format!("127.0.0.1:{}", pooled.server.port());
-    let said = format!("cannot listen for its turn at {server}");
+    let said = cannot_listen_at(&server);
     for (i, listen) in [server.clone(), format!("{server}/postgres")]
         .iter()
         .enumerate()
@@ -381,6 +377,11 @@ fn behind_a_pgbouncer_alias_listen_names_the_servers_own_database() {
     }
 }
 
+/// The line a lockrun says, once, when it cannot listen at `endpoint`.
+fn cannot_listen_at(endpoint: &str) -> String {
+    format!("cannot listen for its turn at {endpoint}")
+}
+
 /// Whether a live waiter for NAME has recorded a channel on its place in line: it listens at the
 /// server itself (behind PgBouncer, a waiter that only looks records none).
 fn listens_at_the_server(pooled: &Pooled, name: &str) -> bool {
@@ -405,13 +406,13 @@ fn a_listen_address_that_cannot_serve_is_reported_and_the_waiter_looks() {
     for (i, (port, why)) in cases.into_iter().enumerate() {
         let s = Scene::new(pooled.url());
         let name = format!("deaf/{i}");
-        let url = format!("{}?listen=127.0.0.1:{port}", pooled.url());
+        let url = listening_at(&pooled.url(), port);
         let mut holder = s.hold(&name, "h", &[]);
         let mut waiter = Proc::spawn(&mut s.cmd_via(
             &url,
             ["--name", &name, "--wait", "60s", "--", "touch", "ran"],
         ));
-        let said = format!("cannot listen for its turn at 127.0.0.1:{port}");
+        let said = cannot_listen_at(&format!("127.0.0.1:{port}"));
         let reported = wait_until(SOON, || waiter.stderr_so_far().contains(&said));
         assert!(reported, "{why}: {}", waiter.stderr_so_far());
         holder.finish();

@@ -180,12 +180,17 @@ impl<const LISTEN: bool> BehindPgBouncer<LISTEN> {
 
     /// The URL of the server through `port` (PgBouncer's, or a proxy's in front of it).
     fn url_through(&self, port: u16) -> String {
-        let url = self.server.url_on(port);
         match LISTEN {
-            true => format!("{url}?listen=127.0.0.1:{}", self.server.port()),
-            false => url,
+            true => listening_at(&self.server.url_on(port), self.server.port()),
+            false => self.server.url_on(port),
         }
     }
+}
+
+/// `url` with `listen=` naming `127.0.0.1:port` as the server itself (the server's port, or a
+/// proxy's in front of it).
+pub fn listening_at(url: &str, port: u16) -> String {
+    format!("{url}?listen=127.0.0.1:{port}")
 }
 
 /// Clients reach the server through PgBouncer, through the fault proxy too; the faults hit the
