@@ -307,6 +307,42 @@ fn a_listening_waiter_that_lost_its_place_listens_again_on_the_new_one() {
     assert_eq!(direct.accepted(), 2, "one listening connection per place");
 }
 
+/// Guards a listening waiter whose place lapsed while it was alone in line: it joins again at
+/// the head, no farther from it than before, on a place that records no channel. Only the time
+/// it was away can tell that its place may have lapsed; without listening anew, no release would
+/// wake it, and it would find its turn only by re-checking.
+#[test]
+fn a_lone_listening_waiter_that_lost_its_place_listens_again() {
+    let pooled = Pooled::start();
+    let direct = Proxy::start(pooled.server.port());
+    let s = Scene::new(pooled.url());
+    let url = listening_at(&pooled.url(), direct.port());
+    let mut holder = s.hold("alone", "h", &[]);
+    let mut paused = Proc::spawn(&mut s.cmd_via(
+        &url,
+        ["--name", "alone", "--wait", "60s", "--", "touch", "ran"],
+    ));
+    s.wait_waiters("alone", 1);
+    let listening = wait_until(SOON, || listens_at_the_server(&pooled, "alone"));
+    assert!(listening, "it never listened:\n{}", paused.stderr_so_far());
+    paused.signal(Signal::SIGSTOP);
+    // Its heartbeat (3 s) lapses; nobody else joins.
+    let lapsed = wait_until(SOON, || !listens_at_the_server(&pooled, "alone"));
+    assert!(lapsed, "its place never lapsed");
+    paused.signal(Signal::SIGCONT);
+    let anew = wait_until(SOON, || listens_at_the_server(&pooled, "alone"));
+    assert!(
+        anew,
+        "it never listened on its new place:\n{}",
+        paused.stderr_so_far()
+    );
+    holder.finish();
+    let out = paused.wait(SOON);
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    assert!(s.path("ran").exists());
+    assert_eq!(direct.accepted(), 2, "one listening connection per place");
+}
+
 /// Guards the retry after a failed listen: the server itself turned the waiter away (every
 /// connection reset, as a restarting server would), so it looked instead; half a minute later it
 /// listens there after all, having said so only once.

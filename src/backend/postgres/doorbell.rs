@@ -37,6 +37,8 @@ use super::schema;
 use super::session::Heard;
 use super::settings::Settings;
 use crate::backend::waiting::line::Doorbell;
+use crate::backend::waiting::policy::{HEARTBEAT, SAFETY_RECHECK};
+use crate::clock::BootInstant;
 
 /// Following the line by looking, for a waiter behind a pooler.
 pub struct Looking(pub Looker);
@@ -105,6 +107,12 @@ const LISTEN_AFTER_STILL: Duration = Duration::from_millis(100);
 /// that a server back from a restart, or a lockrun back from a pause, soon listens again.
 const LISTEN_RETRY: Duration = Duration::from_secs(30);
 
+/// Longer than this between two tries, and a listening waiter's place may have lapsed (its
+/// heartbeat ran out while it was paused, or its tries did not get through): a try renews the
+/// heartbeat at most a re-check after the one before, so a gap this long leaves less than a
+/// re-check of it.
+const MAY_HAVE_LAPSED: Duration = HEARTBEAT.saturating_sub(SAFETY_RECHECK);
+
 /// Where the waiters of a run behind a pooler may listen: the server itself (`listen=`).
 pub struct Aside {
     settings: Settings,
@@ -164,6 +172,8 @@ pub struct ListeningAside {
     listening: Option<Listener>,
     /// How far from the head of the line the waiter's last try found it, once listening.
     distance: i64,
+    /// When the doorbell last heard of a try, once listening.
+    tried_at: BootInstant,
 }
 
 impl ListeningAside {
@@ -174,6 +184,7 @@ impl ListeningAside {
             opening: None,
             listening: None,
             distance: 0,
+            tried_at: BootInstant::now(),
         }
     }
 
@@ -190,14 +201,18 @@ impl ListeningAside {
 impl Doorbell for ListeningAside {
     async fn rung(&mut self) -> bool {
         if let Some((_, heard)) = self.listening.as_mut() {
-            // Farther from the head than before: its place lapsed (it was paused) and it joined
-            // again at the end, on a place that records no channel. The engine sets a doorbell
-            // up again, which listens once near its turn.
+            // Farther from the head than before, or long since the try before (alone in line,
+            // it joins again at the head): its place lapsed (it was paused) and it joined again,
+            // on a place that records no channel. The engine sets a doorbell up again, which
+            // listens once near its turn.
             let distance = self.looker.last_try().distance;
-            if distance > self.distance {
+            let now = BootInstant::now();
+            let away = now.saturating_since(self.tried_at);
+            if distance > self.distance || away > MAY_HAVE_LAPSED {
                 return false;
             }
             self.distance = distance;
+            self.tried_at = now;
             return heard.changed().await.is_ok();
         }
         loop {
@@ -226,6 +241,7 @@ impl Doorbell for ListeningAside {
                             );
                             self.listening = Some(listener);
                             self.distance = self.looker.last_try().distance;
+                            self.tried_at = BootInstant::now();
                             // A release may have come before the channel was recorded.
                             return true;
                         }
