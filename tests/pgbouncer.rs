@@ -343,6 +343,49 @@ fn a_lone_listening_waiter_that_lost_its_place_listens_again() {
     assert_eq!(direct.accepted(), 2, "one listening connection per place");
 }
 
+/// Guards a listening connection that breaks while the waiter listens (the server restarted, a
+/// firewall dropped it): the waiter listens again on a new one, says nothing about it, and the
+/// release still wakes it.
+#[test]
+fn a_broken_listening_connection_is_opened_again() {
+    let pooled = Pooled::start();
+    let direct = Proxy::start(pooled.server.port());
+    let s = Scene::new(pooled.url());
+    let url = listening_at(&pooled.url(), direct.port());
+    let mut holder = s.hold("broken", "h", &[]);
+    let mut waiter = Proc::spawn(&mut s.cmd_via(
+        &url,
+        [
+            "-vv", "--name", "broken", "--wait", "60s", "--", "touch", "ran",
+        ],
+    ));
+    s.wait_waiters("broken", 1);
+    // Listening, not still setting up (a break then is a failure to listen, said and rested).
+    let listening = wait_until(SOON, || {
+        waiter.stderr_so_far().contains("listening for its turn at")
+    });
+    assert!(listening, "it never listened:\n{}", waiter.stderr_so_far());
+    direct.reset();
+    direct.heal();
+    let again = wait_until(SOON, || direct.accepted() == 2 && direct.connections() == 1);
+    assert!(
+        again,
+        "it never listened again ({} accepted):\n{}",
+        direct.accepted(),
+        waiter.stderr_so_far()
+    );
+    assert!(listens_at_the_server(&pooled, "broken"));
+    holder.finish();
+    let out = waiter.wait(SOON);
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    assert!(s.path("ran").exists());
+    assert!(
+        !text(&out.stderr).contains("cannot listen"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
 /// Guards the retry after a failed listen: the server itself turned the waiter away (every
 /// connection reset, as a restarting server would), so it looked instead; half a minute later it
 /// listens there after all, having said so only once.
