@@ -3,12 +3,13 @@
 //! hangs fails its test, with what it printed, instead of hanging the suite.
 
 use std::io::Read;
+use std::os::unix::process::CommandExt;
 use std::process::{Child, ChildStdin, Command, Output, Stdio};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{Signal, kill};
+use nix::sys::signal::{self, SigHandler, Signal, kill};
 use nix::unistd::Pid;
 
 use super::wait::{SOON, text, wait_until};
@@ -22,13 +23,35 @@ pub const RUN_LIMIT: Duration = Duration::from_secs(60);
 /// may hold them); what came by then is what the test sees.
 const DRAIN: Duration = Duration::from_secs(2);
 
-/// A `lockrun` command with no inherited `LOCKRUN_*` settings and stdin closed.
+/// A `lockrun` command with no inherited `LOCKRUN_*` settings, stdin closed, and the signals it
+/// forwards at their default: a suite started in the background by a shell without job control
+/// (`nohup scripts/test.sh &`) would otherwise hand every run INT and QUIT ignored, which lockrun
+/// keeps ignored, as `nohup` users expect (a test that wants that sets it itself, later).
 pub fn lockrun() -> Command {
     let mut cmd = Command::new(BIN);
     scrub(&mut cmd);
     cmd.stdin(Stdio::null());
+    // SAFETY: sigaction(2) only, which is async-signal-safe, between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            for forwarded in FORWARDED {
+                signal::signal(forwarded, SigHandler::SigDfl).map_err(std::io::Error::from)?;
+            }
+            Ok(())
+        });
+    }
     cmd
 }
+
+/// The signals lockrun forwards to its command (and leaves ignored when it finds them so).
+const FORWARDED: [Signal; 6] = [
+    Signal::SIGHUP,
+    Signal::SIGINT,
+    Signal::SIGQUIT,
+    Signal::SIGTERM,
+    Signal::SIGUSR1,
+    Signal::SIGUSR2,
+];
 
 /// Removes what the test runner's own environment could slip into a run: `LOCKRUN_*` settings,
 /// a fencing token, and AWS settings — in their place, the dummy credentials and region that the
