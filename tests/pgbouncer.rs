@@ -273,10 +273,7 @@ fn a_waiter_behind_pgbouncer_listens_at_the_server_itself_when_told_where() {
 /// else no release would ever wake it, and it would find its turn only by re-checking.
 #[test]
 fn a_listening_waiter_that_lost_its_place_listens_again_on_the_new_one() {
-    let pooled = Pooled::start();
-    let direct = Proxy::start(pooled.server.port());
-    let s = Scene::new(pooled.url());
-    let url = listening_at(&pooled.url(), direct.port());
+    let (pooled, direct, s, url) = listening_scene();
     let mut holder = s.hold("lapse", "h", &[]);
     let waiter = |url: &str, ran: &str| {
         let args = ["--name", "lapse", "--wait", "60s", "--", "touch", ran];
@@ -313,10 +310,7 @@ fn a_listening_waiter_that_lost_its_place_listens_again_on_the_new_one() {
 /// wake it, and it would find its turn only by re-checking.
 #[test]
 fn a_lone_listening_waiter_that_lost_its_place_listens_again() {
-    let pooled = Pooled::start();
-    let direct = Proxy::start(pooled.server.port());
-    let s = Scene::new(pooled.url());
-    let url = listening_at(&pooled.url(), direct.port());
+    let (pooled, direct, s, url) = listening_scene();
     let mut holder = s.hold("alone", "h", &[]);
     let mut paused = Proc::spawn(&mut s.cmd_via(
         &url,
@@ -348,10 +342,7 @@ fn a_lone_listening_waiter_that_lost_its_place_listens_again() {
 /// release still wakes it.
 #[test]
 fn a_broken_listening_connection_is_opened_again() {
-    let pooled = Pooled::start();
-    let direct = Proxy::start(pooled.server.port());
-    let s = Scene::new(pooled.url());
-    let url = listening_at(&pooled.url(), direct.port());
+    let (pooled, direct, s, url) = listening_scene();
     let mut holder = s.hold("broken", "h", &[]);
     let mut waiter = Proc::spawn(&mut s.cmd_via(
         &url,
@@ -391,11 +382,8 @@ fn a_broken_listening_connection_is_opened_again() {
 /// listens there after all, having said so only once.
 #[test]
 fn a_waiter_that_could_not_listen_tries_again_later() {
-    let pooled = Pooled::start();
-    let direct = Proxy::start(pooled.server.port());
+    let (pooled, direct, s, url) = listening_scene();
     direct.reset();
-    let s = Scene::new(pooled.url());
-    let url = listening_at(&pooled.url(), direct.port());
     let mut holder = s.hold("retry", "h", &[]);
     let mut waiter = Proc::spawn(&mut s.cmd_via(
         &url,
@@ -459,6 +447,16 @@ fn behind_a_pgbouncer_alias_listen_names_the_servers_own_database() {
 /// The line a lockrun says, once, when it cannot listen at `endpoint`.
 fn cannot_listen_at(endpoint: &str) -> String {
     format!("cannot listen for its turn at {endpoint}")
+}
+
+/// PgBouncer in front of a server, a proxy in front of the server itself, a scene on the pooled
+/// URL, and the `listen=` URL that names that proxy: where every listening test starts.
+fn listening_scene() -> (Pooled, Proxy, Scene, String) {
+    let pooled = Pooled::start();
+    let direct = Proxy::start(pooled.server.port());
+    let s = Scene::new(pooled.url());
+    let url = listening_at(&pooled.url(), direct.port());
+    (pooled, direct, s, url)
 }
 
 /// Whether a live waiter for NAME has recorded a channel on its place in line: it listens at the
