@@ -409,14 +409,17 @@ fn parse_host_port(text: &str, after_userinfo: bool) -> Result<HostPort, String>
     };
     let port = match port {
         None => None,
-        Some(p) => Some(p.parse::<u16>().ok().filter(|&p| p > 0).ok_or_else(
-            || match after_userinfo {
-                true => format!("{endpoint}: port {p:?} is not 1-65535"),
-                false => format!("{endpoint} has a port that is not 1-65535{credentials_hint}"),
-            },
-        )?),
+        Some(p) => Some(port_number(p).ok_or_else(|| match after_userinfo {
+            true => format!("{endpoint}: port {p:?} is not 1-65535"),
+            false => format!("{endpoint} has a port that is not 1-65535{credentials_hint}"),
+        })?),
     };
     Ok(HostPort { host, port })
+}
+
+/// A TCP port written as a number: 1 to 65535.
+pub fn port_number(text: &str) -> Option<u16> {
+    text.parse::<u16>().ok().filter(|&p| p > 0)
 }
 
 /// Whether every `%` in `text` starts a `%XX` escape (two hex digits), as a URL's credentials,

@@ -41,7 +41,7 @@ use async_trait::async_trait;
 use tokio_postgres::config::{ChannelBinding, Host, LoadBalanceHosts, SslMode, TargetSessionAttrs};
 
 use crate::backend::sql_names::is_plain_name;
-use crate::backend::url::{LoneUserinfo, Url, UrlForms, host_port};
+use crate::backend::url::{LoneUserinfo, Url, UrlForms, host_port, port_number};
 use crate::backend::{Backend, BackendError, Holds};
 
 const DEFAULT_SCHEMA: &str = "lockrun";
@@ -169,13 +169,7 @@ impl Settings {
         }) {
             Some(list) => list
                 .split(',')
-                .map(|p| {
-                    p.trim()
-                        .parse::<u16>()
-                        .ok()
-                        .filter(|&p| p > 0)
-                        .ok_or_else(|| format!("port {p:?} is not 1-65535"))
-                })
+                .map(|p| port_number(p.trim()).ok_or_else(|| format!("port {p:?} is not 1-65535")))
                 .collect::<Result<_, _>>()?,
             None => vec![DEFAULT_PORT],
         };
@@ -427,9 +421,7 @@ fn listen_address(raw: &str) -> Result<ListenAddress, String> {
             };
             let port = port
                 .map(|p| {
-                    p.parse::<u16>()
-                        .ok()
-                        .filter(|&p| p > 0)
+                    port_number(p)
                         .ok_or_else(|| format!("listen {raw:?}: port {p:?} is not 1-65535"))
                 })
                 .transpose()?;
