@@ -269,71 +269,56 @@ fn a_waiter_behind_pgbouncer_listens_at_the_server_itself_when_told_where() {
 }
 
 /// Guards a listening waiter whose place lapsed (it was paused past its heartbeat): it joins the
-/// line again at the end, on a place that records no channel, so it must listen anew there —
-/// else no release would ever wake it, and it would find its turn only by re-checking.
+/// line again on a place that records no channel, so it must listen anew there — else no release
+/// would ever wake it, and it would find its turn only by re-checking.
 #[test]
 fn a_listening_waiter_that_lost_its_place_listens_again_on_the_new_one() {
+    // Another waiter takes the head of the line meanwhile: it joins again farther back.
+    a_paused_listener_listens_again("lapse", true);
+}
+
+/// Guards the same when it was alone in line: it joins again at the head, no farther from it
+/// than before, so only the time it was away can tell that its place may have lapsed.
+#[test]
+fn a_lone_listening_waiter_that_lost_its_place_listens_again() {
+    a_paused_listener_listens_again("alone", false);
+}
+
+/// A waiter on `name` listens at the server, is paused until its place lapses (with `another`
+/// waiter joining meanwhile, or nobody), and once resumed listens on its new place and gets in.
+fn a_paused_listener_listens_again(name: &str, another: bool) {
     let (pooled, direct, s, url) = listening_scene();
-    let mut holder = s.hold("lapse", "h", &[]);
+    let mut holder = s.hold(name, "h", &[]);
     let waiter = |url: &str, ran: &str| {
-        let args = ["--name", "lapse", "--wait", "60s", "--", "touch", ran];
+        let args = ["--name", name, "--wait", "60s", "--", "touch", ran];
         Proc::spawn(&mut s.cmd_via(url, args))
     };
-    let mut paused = waiter(&url, "paused.ran");
-    s.wait_waiters("lapse", 1);
-    let listening = wait_until(SOON, || listens_at_the_server(&pooled, "lapse"));
-    assert!(listening, "it never listened:\n{}", paused.stderr_so_far());
-    paused.signal(Signal::SIGSTOP);
-    // Its heartbeat (3 s) lapses; another waiter takes the head of the line meanwhile.
-    std::thread::sleep(Duration::from_millis(3500));
-    let mut other = waiter(s.url(), "other.ran");
-    s.wait_waiters("lapse", 1);
-    paused.signal(Signal::SIGCONT);
-    let anew = wait_until(SOON, || listens_at_the_server(&pooled, "lapse"));
+    let mut runs = vec![waiter(&url, "paused.ran")];
+    s.wait_waiters(name, 1);
+    let listening = wait_until(SOON, || listens_at_the_server(&pooled, name));
+    assert!(listening, "it never listened:\n{}", runs[0].stderr_so_far());
+    runs[0].signal(Signal::SIGSTOP);
+    // Its heartbeat (3 s) lapses.
+    let lapsed = wait_until(SOON, || !listens_at_the_server(&pooled, name));
+    assert!(lapsed, "its place never lapsed");
+    if another {
+        runs.push(waiter(s.url(), "other.ran"));
+        s.wait_waiters(name, 1);
+    }
+    runs[0].signal(Signal::SIGCONT);
+    let anew = wait_until(SOON, || listens_at_the_server(&pooled, name));
     assert!(
         anew,
         "it never listened on its new place:\n{}",
-        paused.stderr_so_far()
+        runs[0].stderr_so_far()
     );
     holder.finish();
-    for run in [&mut other, &mut paused] {
+    for run in &mut runs {
         let out = run.wait(SOON);
         assert_eq!(code(&out), 0, "{}", text(&out.stderr));
     }
-    assert!(s.path("other.ran").exists() && s.path("paused.ran").exists());
-    assert_eq!(direct.accepted(), 2, "one listening connection per place");
-}
-
-/// Guards a listening waiter whose place lapsed while it was alone in line: it joins again at
-/// the head, no farther from it than before, on a place that records no channel. Only the time
-/// it was away can tell that its place may have lapsed; without listening anew, no release would
-/// wake it, and it would find its turn only by re-checking.
-#[test]
-fn a_lone_listening_waiter_that_lost_its_place_listens_again() {
-    let (pooled, direct, s, url) = listening_scene();
-    let mut holder = s.hold("alone", "h", &[]);
-    let mut paused = Proc::spawn(&mut s.cmd_via(
-        &url,
-        ["--name", "alone", "--wait", "60s", "--", "touch", "ran"],
-    ));
-    s.wait_waiters("alone", 1);
-    let listening = wait_until(SOON, || listens_at_the_server(&pooled, "alone"));
-    assert!(listening, "it never listened:\n{}", paused.stderr_so_far());
-    paused.signal(Signal::SIGSTOP);
-    // Its heartbeat (3 s) lapses; nobody else joins.
-    let lapsed = wait_until(SOON, || !listens_at_the_server(&pooled, "alone"));
-    assert!(lapsed, "its place never lapsed");
-    paused.signal(Signal::SIGCONT);
-    let anew = wait_until(SOON, || listens_at_the_server(&pooled, "alone"));
-    assert!(
-        anew,
-        "it never listened on its new place:\n{}",
-        paused.stderr_so_far()
-    );
-    holder.finish();
-    let out = paused.wait(SOON);
-    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
-    assert!(s.path("ran").exists());
+    assert!(s.path("paused.ran").exists());
+    assert!(!another || s.path("other.ran").exists());
     assert_eq!(direct.accepted(), 2, "one listening connection per place");
 }
 
