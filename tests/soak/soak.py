@@ -460,9 +460,8 @@ class PgBouncerBackend(PostgresBackend):
                 self.dir, self.port, self.user)
 
     def close(self) -> None:
-        if self.bouncer is not None and self.bouncer.poll() is None:
-            self.bouncer.kill()
         if self.bouncer is not None:
+            self.bouncer.kill()  # a no-op once it exited
             self.bouncer.wait()
         super().close()
 
