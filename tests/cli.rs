@@ -62,16 +62,22 @@ const BAD_OPTIONS: &[(&[&str], &str)] = &[
         "the table name is not 3-255",
     ),
     (
-        &["--backend", "postgres://h/db?lockrun_schema=Bad-Name"],
+        &[
+            "--backend",
+            "postgres://127.0.0.1/db?lockrun_schema=Bad-Name",
+        ],
         "schema",
     ),
     (
-        &["--backend", "postgres://h/db?sslmode=sometimes"],
+        &["--backend", "postgres://127.0.0.1/db?sslmode=sometimes"],
         "sslmode",
     ),
     (
-        &["--backend", "postgres://h:6432/db?listen=h:99999"],
-        "listen endpoint \"h:99999\": port \"99999\" is not 1-65535",
+        &[
+            "--backend",
+            "postgres://127.0.0.1:6432/db?listen=127.0.0.1:99999",
+        ],
+        "listen endpoint \"127.0.0.1:99999\": port \"99999\" is not 1-65535",
     ),
     (&["--bogus"], "--bogus"),
 ];
