@@ -27,6 +27,8 @@ use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use nix::sys::signal::Signal;
+
 use crate::support::dynalite_server::Dynalite;
 use crate::support::etcd_cluster::{Etcd, lease_message};
 use crate::support::fixture::Fixture;
@@ -616,6 +618,36 @@ fn late_grant<S: Wire>() {
     assert!(next.running());
 }
 
+/// How long a drill keeps a lockrun stopped: past every request's deadline (3 s on every backend).
+const STOPPED_PAST_A_REQUEST: Duration = Duration::from_secs(4);
+
+/// A lockrun stopped (SIGSTOP) while its first try is on the wire, and continued only after that
+/// try's deadline: the answer came meanwhile and waits unread in its socket. That answer must be
+/// read — the server did answer — not taken for a server silent from the start (exit 69). A
+/// stopped process also wakes from its wait for events with nothing read (EINTR), so the
+/// expired timer is the first thing it sees.
+fn stopped_while_its_try_is_answered<S: Wire>() {
+    let (fx, w, proxy, via) = rig::<S>();
+    let mut holder = w.hold("stopped", "h", &["--ttl", TTL]);
+    // Held back a little, so that the stop lands before the answer does.
+    let trying = proxy.hold_request(&fx.acquire_request("stopped"), Duration::from_millis(300));
+    let mut run = Proc::spawn(&mut w.cmd_via(
+        &via,
+        [
+            "--name", "stopped", "--ttl", TTL, "--wait", "30s", "--", "touch", "ran",
+        ],
+    ));
+    trying.wait(SOON).expect("the first try never went through");
+    run.signal(Signal::SIGSTOP);
+    assert!(proxy.wait_drained(SOON), "the try never reached the server");
+    std::thread::sleep(STOPPED_PAST_A_REQUEST);
+    run.signal(Signal::SIGCONT);
+    assert_eq!(code(&holder.finish()), 0);
+    let out = run.wait(Duration::from_secs(30));
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    assert!(w.path("ran").exists());
+}
+
 /// `drills!(module, Fixture)`: one `#[test]` per drill, on that backend; `drills!(@on module,
 /// drill, test => Fixture, ...)`: one drill, on each of the backends listed.
 macro_rules! drills {
@@ -628,6 +660,7 @@ macro_rules! drills {
             half_ttl_delay_stops_the_command_early_never_late => half_ttl_delay,
             reset_connections_are_ridden_through_or_stop_the_command_early => reset_under_a_holder,
             a_grant_that_arrives_after_its_lease_is_never_used => late_grant,
+            a_try_answered_while_lockrun_is_stopped_is_read => stopped_while_its_try_is_answered,
         );
     };
     (@each $module:ident, $server:ty, $($test:ident => $drill:ident),* $(,)?) => {

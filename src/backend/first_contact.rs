@@ -6,7 +6,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use super::BackendError;
+use super::{BackendError, answer};
 
 /// Why a first connection failed, as the backend tells it.
 pub enum Refusal {
@@ -22,7 +22,7 @@ pub async fn within<T>(
     limit: Duration,
     connect: impl Future<Output = Result<T, Refusal>>,
 ) -> Result<T, BackendError> {
-    match tokio::time::timeout(limit, connect).await {
+    match answer::within(limit, connect).await {
         Ok(Ok(connected)) => Ok(connected),
         Ok(Err(Refusal::Server(error))) => Err(error),
         Ok(Err(Refusal::Link(reason))) => Err(BackendError::Unreachable {

@@ -6,6 +6,8 @@
 use std::future::Future;
 use std::time::Duration;
 
+use super::answer;
+
 /// Longest wait for lockrun's tables to be created (or migrated) on first use.
 pub const CREATE_LIMIT: Duration = Duration::from_secs(30);
 
@@ -22,17 +24,15 @@ where
     Fut: Future<Output = Result<T, E>>,
     Created: Future<Output = Result<(), E>>,
 {
-    match tokio::time::timeout(limit, attempt()).await {
+    match answer::within(limit, attempt()).await {
         Ok(Err(e)) if missing(&e) => {}
         Ok(result) => return Ok(result),
         Err(_) => return Err(limit),
     }
-    match tokio::time::timeout(CREATE_LIMIT, create()).await {
+    match answer::within(CREATE_LIMIT, create()).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => return Ok(Err(e)),
         Err(_) => return Err(CREATE_LIMIT),
     }
-    tokio::time::timeout(limit, attempt())
-        .await
-        .map_err(|_| limit)
+    answer::within(limit, attempt()).await.map_err(|_| limit)
 }

@@ -7,6 +7,7 @@
 //! waiting itself from [`waiting::line::wait_in_line`]; every networked backend is a
 //! [`waiting::networked::Networked`].
 
+mod answer;
 mod api;
 #[cfg(feature = "dynamodb")]
 mod dynamodb;

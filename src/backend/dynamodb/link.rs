@@ -25,7 +25,7 @@ use aws_sdk_dynamodb::primitives::{DateTime, DateTimeFormat};
 use aws_smithy_http_client::tls::{Provider, TlsContext, TrustStore, rustls_provider::CryptoMode};
 
 use super::settings::Settings;
-use crate::backend::BackendError;
+use crate::backend::{BackendError, answer};
 use crate::clock::BootInstant;
 use crate::messages::{duration, fragment};
 
@@ -230,7 +230,7 @@ impl Link {
         Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
         E: ProvideErrorMetadata + StdError + Send + Sync + 'static,
     {
-        match tokio::time::timeout(limit, request).await {
+        match answer::within(limit, request).await {
             Ok(Ok(answer)) => {
                 let _ = self.ready.set(());
                 Ok(answer)

@@ -20,7 +20,7 @@ use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
 use tonic::Code;
 
 use super::settings::Settings;
-use crate::backend::BackendError;
+use crate::backend::{BackendError, answer};
 use crate::messages::{duration, fragment};
 
 /// Longest wait for an answer to a request that is not a renewal.
@@ -164,7 +164,7 @@ impl Link {
             let now = tokio::time::Instant::now();
             let share = deadline.saturating_duration_since(now)
                 / u32::try_from(members - attempt).unwrap_or(1);
-            match tokio::time::timeout_at(now + share, work).await {
+            match answer::within(share, work).await {
                 Ok(Ok(value)) => {
                     abandon.done = true;
                     return Ok(value);

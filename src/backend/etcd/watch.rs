@@ -15,7 +15,7 @@ use std::sync::Arc;
 use etcd_client::{EventType, WatchFilterType, WatchOptions, WatchResponse, WatchStream};
 
 use super::link::{Link, REQUEST_TIMEOUT};
-use crate::backend::{BackendError, HolderInfo};
+use crate::backend::{BackendError, HolderInfo, answer};
 
 /// What the watch stream reported.
 #[derive(Debug)]
@@ -149,7 +149,7 @@ impl Watcher {
                 .map_err(|e| self.link.failed_with(WHAT, &e))?;
         }
         let mut ids = Vec::with_capacity(wanted);
-        let confirmed = tokio::time::timeout(REQUEST_TIMEOUT, async {
+        let confirmed = answer::within(REQUEST_TIMEOUT, async {
             while ids.len() < wanted {
                 match self.stream.message().await {
                     Ok(Some(response)) if response.created() => {

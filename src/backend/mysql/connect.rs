@@ -25,11 +25,11 @@ use super::server::{self, Facts, Flavor};
 use super::settings::Settings;
 use super::sql::{self, Statements};
 use super::{schema, tls};
-use crate::backend::BackendError;
 use crate::backend::first_contact::{self, Refusal};
 use crate::backend::first_use;
 use crate::backend::sql_names::fnv1a;
 use crate::backend::waiting::policy::owner_id;
+use crate::backend::{BackendError, answer};
 use crate::messages::fragment;
 
 /// Longest wait for a connection when the backend is opened.
@@ -235,7 +235,7 @@ impl Link {
     /// A connection of its own for a holder's listening statement, holding `lockrun:BELL:r`.
     pub async fn listener(&self) -> Result<Conn, BackendError> {
         let presence = format!("{}:r", self.presence());
-        match tokio::time::timeout(REQUEST_TIMEOUT, self.connect(&presence)).await {
+        match answer::within(REQUEST_TIMEOUT, self.connect(&presence)).await {
             Ok(Ok(conn)) => Ok(conn),
             Ok(Err(Failure::Server(e))) => Err(self.failed(&server_reason(&e))),
             Ok(Err(Failure::Link(e))) => Err(self.failed(&self.reason(&e))),

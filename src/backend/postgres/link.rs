@@ -39,6 +39,7 @@ use super::session::{Heard, Session};
 use super::settings::{Settings, Tls};
 use super::tls;
 use crate::backend::BackendError;
+use crate::backend::answer;
 use crate::backend::first_contact::{self, Refusal};
 use crate::backend::first_use;
 use crate::backend::repeat::once_more_if_dropped;
@@ -232,7 +233,7 @@ impl Link {
         Fut: Future<Output = Result<T, Failure>>,
     {
         if !self.creates_schema {
-            return tokio::time::timeout(limit, attempt())
+            return answer::within(limit, attempt())
                 .await
                 .unwrap_or_else(|_| Err(Failure::plain(self.timed_out(limit))));
         }

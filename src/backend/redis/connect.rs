@@ -21,9 +21,9 @@ use redis::{
 use redis::{RedisError, RedisResult, ScriptInvocation};
 
 use super::settings::Settings;
-use crate::backend::BackendError;
 use crate::backend::first_contact::{self, Refusal};
 use crate::backend::repeat::once_more_if_dropped;
+use crate::backend::{BackendError, answer};
 use crate::messages::fragment;
 
 /// Longest wait for a connection when the backend is opened.
@@ -234,7 +234,7 @@ impl Link {
             let pong: redis::Value = pubsub.ping().await?;
             Ok::<_, RedisError>((pubsub, matches!(pong, redis::Value::Array(_))))
         };
-        match tokio::time::timeout(REQUEST_TIMEOUT, subscribing).await {
+        match answer::within(REQUEST_TIMEOUT, subscribing).await {
             Ok(Ok((pubsub, true))) => Ok(pubsub),
             Ok(Ok((_, false))) => Err(BackendError::Failed {
                 endpoint: self.endpoint.clone(),
@@ -281,7 +281,7 @@ impl Link {
             link: self,
             done: false,
         };
-        let result = tokio::time::timeout(limit, work).await;
+        let result = answer::within(limit, work).await;
         match result {
             Ok(Ok(value)) => {
                 discard.done = true;

@@ -21,6 +21,7 @@ use super::line::Line;
 use super::link::{Link, REQUEST_TIMEOUT};
 use super::paths::{self, Contender, slot_of};
 use super::record::{Record, Stored};
+use crate::backend::answer;
 use crate::backend::inspect::held;
 use crate::backend::{
     BackendError, HolderInfo, HolderStatus, Inspect, IntervalClaim, LockStatus, MAX_LIMIT,
@@ -206,7 +207,7 @@ async fn force_release_with(
                     .and(writer.add_delete(&node, None));
                 match added {
                     Ok(()) => matches!(
-                        tokio::time::timeout(REQUEST_TIMEOUT, writer.commit()).await,
+                        answer::within(REQUEST_TIMEOUT, writer.commit()).await,
                         Ok(Ok(_))
                     ),
                     Err(_) => false,

@@ -19,6 +19,7 @@ use zookeeper_client as zk;
 
 use super::link::{Link, REQUEST_TIMEOUT, session_gone};
 use super::session::close;
+use crate::backend::answer;
 use crate::backend::waiting::policy::{SAFETY_RECHECK, renew_timeout};
 use crate::backend::{BackendError, Grant, Lease, Released, RenewError, Renewal, Revocation};
 
@@ -163,7 +164,7 @@ async fn delete(session: &zk::Client, node: &str, slot: Option<&str>) -> Result<
         writer.add_delete(node, None)?;
         writer.commit().await.map(drop).map_err(zk::Error::from)
     };
-    tokio::time::timeout(REQUEST_TIMEOUT, deleting)
+    answer::within(REQUEST_TIMEOUT, deleting)
         .await
         .unwrap_or(Err(zk::Error::Timeout))
 }

@@ -28,7 +28,7 @@ use zookeeper_client::{self as zk, Acl, Acls, AuthId, CreateMode, Permission};
 use super::paths::Paths;
 use super::session::close;
 use super::settings::Settings;
-use crate::backend::{BackendError, Settings as _};
+use crate::backend::{BackendError, Settings as _, answer};
 use crate::messages::{duration, fragment};
 use crate::name::LockName;
 
@@ -197,7 +197,7 @@ impl Link {
         limit: Duration,
         request: impl Future<Output = Result<T, zk::Error>>,
     ) -> Result<T, zk::Error> {
-        tokio::time::timeout(limit, request)
+        answer::within(limit, request)
             .await
             .unwrap_or(Err(zk::Error::Timeout))
     }
