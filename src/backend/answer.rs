@@ -59,15 +59,18 @@ mod tests {
         assert_eq!(got, Ok(7));
     }
 
+    /// Silence noticed on time is given up on then, not a deadline later.
     #[test]
     fn silence_noticed_on_time_is_no_answer() {
+        let limit = Duration::from_millis(300);
         let started = std::time::Instant::now();
-        let got = runtime().block_on(within(
-            Duration::from_millis(50),
-            std::future::pending::<()>(),
-        ));
+        let got = runtime().block_on(within(limit, std::future::pending::<()>()));
         assert_eq!(got, Err(NoAnswer));
-        assert!(started.elapsed() < Duration::from_millis(50) + STOOD_STILL);
+        assert!(
+            started.elapsed() < limit * 2,
+            "waited {:?}",
+            started.elapsed()
+        );
     }
 
     /// The runtime's thread blocked past the deadline stands for lockrun stopped: the answer
