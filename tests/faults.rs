@@ -12,6 +12,8 @@
 //!   lock: it must not remove that holder;
 //! - a link delayed by half the TTL: the command is stopped early, never late;
 //! - every connection reset (RST) under a holder: ridden through, or stopped early.
+//! - a first try answered while its lockrun is stopped (SIGSTOP) past the try's deadline: the
+//!   answer is read once it is continued, never taken for a silent server (exit 69).
 //!
 //! Every command run here is the same critical section: when it starts it records its token, its
 //! granted TTL and its pid, and checks that no other drill command is still alive (a violation is
