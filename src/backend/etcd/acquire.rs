@@ -164,6 +164,14 @@ async fn queue(
         }
         other => other,
     };
+    let joined = match joined {
+        // The lease just granted is gone already: lockrun stood still past its TTL between the
+        // grant and the join. Joining again with a new lease is all it takes.
+        Err(failure @ Failure::Answered { .. }) if failure.lease_gone() => {
+            return Ok(Outcome::LeaseLost);
+        }
+        other => other,
+    };
     let Some(joined) = joined? else {
         return Ok(Outcome::LeaseLost);
     };
