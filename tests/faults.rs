@@ -13,7 +13,8 @@
 //! - a link delayed by half the TTL: the command is stopped early, never late;
 //! - every connection reset (RST) under a holder: ridden through, or stopped early.
 //! - a first try answered while its lockrun is stopped (SIGSTOP) past the try's deadline: the
-//!   answer is read once it is continued, never taken for a silent server (exit 69).
+//!   answer is read once it is continued, never taken for a silent server (exit 69); the same for
+//!   the first connection's handshake.
 //!
 //! Every command run here is the same critical section: when it starts it records its token, its
 //! granted TTL and its pid, and checks that no other drill command is still alive (a violation is
@@ -650,6 +651,32 @@ fn stopped_while_its_try_is_answered<S: Wire>() {
     assert!(w.path("ran").exists());
 }
 
+/// A lockrun stopped while the server's first answer on its first connection is on its way, and
+/// continued only after the connection's deadline: that answer waits unread, and the connection
+/// must still be made — the server is there — not reported unreachable (exit 69).
+fn stopped_while_connecting<S: Wire>() {
+    let (_fx, w, proxy, via) = rig::<S>();
+    // The server's answers wait in the proxy until lockrun is stopped.
+    proxy.set_blackhole(Direction::ToClient, true);
+    let mut run = Proc::spawn(&mut w.cmd_via(
+        &via,
+        ["--name", "connecting", "--ttl", TTL, "--", "touch", "ran"],
+    ));
+    assert!(
+        wait_until(SOON, || proxy.accepted() > 0),
+        "lockrun never connected"
+    );
+    // Time for what it sends first to be on its way to the server.
+    std::thread::sleep(Duration::from_millis(200));
+    run.signal(Signal::SIGSTOP);
+    proxy.set_blackhole(Direction::ToClient, false);
+    std::thread::sleep(STOPPED_PAST_A_REQUEST);
+    run.signal(Signal::SIGCONT);
+    let out = run.wait(Duration::from_secs(30));
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    assert!(w.path("ran").exists());
+}
+
 /// `drills!(module, Fixture)`: one `#[test]` per drill, on that backend; `drills!(@on module,
 /// drill, test => Fixture, ...)`: one drill, on each of the backends listed.
 macro_rules! drills {
@@ -663,6 +690,7 @@ macro_rules! drills {
             reset_connections_are_ridden_through_or_stop_the_command_early => reset_under_a_holder,
             a_grant_that_arrives_after_its_lease_is_never_used => late_grant,
             a_try_answered_while_lockrun_is_stopped_is_read => stopped_while_its_try_is_answered,
+            a_connection_answered_while_lockrun_is_stopped_is_made => stopped_while_connecting,
         );
     };
     (@each $module:ident, $server:ty, $($test:ident => $drill:ident),* $(,)?) => {

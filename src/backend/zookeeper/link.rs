@@ -28,7 +28,8 @@ use zookeeper_client::{self as zk, Acl, Acls, AuthId, CreateMode, Permission};
 use super::paths::Paths;
 use super::session::close;
 use super::settings::Settings;
-use crate::backend::{BackendError, Settings as _, answer};
+use crate::backend::answer::{self, NoAnswer};
+use crate::backend::{BackendError, Settings as _};
 use crate::messages::{duration, fragment};
 use crate::name::LockName;
 
@@ -105,38 +106,42 @@ impl Link {
     /// client gives each handshake a fraction of the session timeout, which a loaded server can
     /// miss for a short lease, so tries are repeated until [`CONNECT_TIMEOUT`] has passed.
     pub async fn session(&self, timeout: Duration) -> Result<zk::Client, BackendError> {
-        let deadline = tokio::time::Instant::now() + CONNECT_TIMEOUT;
         let unreachable = |reason: String| BackendError::Unreachable {
             endpoint: self.endpoints.clone(),
             reason,
         };
-        loop {
-            let mut connector = zk::Client::connector()
-                .with_session_timeout(timeout)
-                .with_connection_timeout(silence(timeout, self.members))
-                .with_fail_eagerly();
-            if let Some(digest) = &self.digest {
-                connector = connector.with_auth("digest", digest.as_bytes());
-            }
-            let connecting = connector.connect(&self.endpoints);
-            let failure = match tokio::time::timeout_at(deadline, connecting).await {
-                Ok(Ok(client)) => return Ok(client),
-                Ok(Err(zk::Error::NoHosts)) => {
-                    // Tries are repeated for a loaded member that missed a handshake; one that
-                    // refuses connections is down, and that is known at once.
-                    if let Some(refused) = self.all_refuse().await {
-                        return Err(unreachable(refused));
-                    }
-                    "no member answered".to_owned()
+        let mut failure = None;
+        let tries = async {
+            loop {
+                let mut connector = zk::Client::connector()
+                    .with_session_timeout(timeout)
+                    .with_connection_timeout(silence(timeout, self.members))
+                    .with_fail_eagerly();
+                if let Some(digest) = &self.digest {
+                    connector = connector.with_auth("digest", digest.as_bytes());
                 }
-                Ok(Err(e)) if session_gone(&e) => return Err(unreachable(self.reason(&e))),
-                Ok(Err(e)) => self.reason(&e),
-                Err(_) => format!("no session within {}", duration(CONNECT_TIMEOUT)),
-            };
-            if tokio::time::Instant::now() + RECONNECT >= deadline {
-                return Err(unreachable(failure));
+                failure = Some(match connector.connect(&self.endpoints).await {
+                    Ok(client) => return Ok(client),
+                    Err(zk::Error::NoHosts) => {
+                        // Tries are repeated for a loaded member that missed a handshake; one
+                        // that refuses connections is down, and that is known at once.
+                        if let Some(refused) = self.all_refuse().await {
+                            return Err(unreachable(refused));
+                        }
+                        "no member answered".to_owned()
+                    }
+                    Err(e) if session_gone(&e) => return Err(unreachable(self.reason(&e))),
+                    Err(e) => self.reason(&e),
+                });
+                tokio::time::sleep(RECONNECT).await;
             }
-            tokio::time::sleep(RECONNECT).await;
+        };
+        // On lockrun's running time: a stop during a handshake is not a silent ensemble.
+        match answer::within(CONNECT_TIMEOUT, tries).await {
+            Ok(opened) => opened,
+            Err(NoAnswer) => Err(unreachable(failure.unwrap_or_else(|| {
+                format!("no session within {}", duration(CONNECT_TIMEOUT))
+            }))),
         }
     }
 
