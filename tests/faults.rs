@@ -14,7 +14,7 @@
 //! - every connection reset (RST) under a holder: ridden through, or stopped early.
 //! - a first try answered while its lockrun is stopped (SIGSTOP) past the try's deadline: the
 //!   answer is read once it is continued, never taken for a silent server (exit 69); the same for
-//!   the first connection's handshake.
+//!   the first connection, its login (a server with a password) and its TLS handshake.
 //!
 //! Every command run here is the same critical section: when it starts it records its token, its
 //! granted TTL and its pid, and checks that no other drill command is still alive (a violation is
@@ -656,12 +656,29 @@ fn stopped_while_its_try_is_answered<S: Wire>() {
 /// must still be made — the server is there — not reported unreachable (exit 69).
 fn stopped_while_connecting<S: Wire>() {
     let (_fx, w, proxy, via) = rig::<S>();
+    connected_though_stopped(&w, &proxy, &mut w.cmd_via(&via, CONNECTING));
+}
+
+/// The same, on a server that wants a password: the stop lands in the login's exchange (Redis's
+/// AUTH, PostgreSQL's SCRAM, etcd's token, MySQL's handshake, ZooKeeper's digest), which some
+/// clients time themselves.
+fn stopped_while_logging_in<S: Wire>() {
+    let fx = S::with_password("pw").expect("the backend has passwords");
+    let w = Scene::new(fx.url());
+    fx.warm_up(&w);
+    let (proxy, via) = fx.proxied().expect("a networked backend");
+    connected_though_stopped(&w, &proxy, &mut w.cmd_via(&via, CONNECTING));
+}
+
+/// What the connection drills run.
+const CONNECTING: [&str; 7] = ["--name", "connecting", "--ttl", TTL, "--", "touch", "ran"];
+
+/// Runs `lockrun` (through `proxy`), stops it while the server's first answer waits in the
+/// proxy, lets the answer go, and continues it past the connection's deadline: it must run.
+fn connected_though_stopped(w: &Scene, proxy: &Proxy, lockrun: &mut std::process::Command) {
     // The server's answers wait in the proxy until lockrun is stopped.
     proxy.set_blackhole(Direction::ToClient, true);
-    let mut run = Proc::spawn(&mut w.cmd_via(
-        &via,
-        ["--name", "connecting", "--ttl", TTL, "--", "touch", "ran"],
-    ));
+    let mut run = Proc::spawn(lockrun);
     assert!(
         wait_until(SOON, || proxy.accepted() > 0),
         "lockrun never connected"
@@ -675,6 +692,74 @@ fn stopped_while_connecting<S: Wire>() {
     let out = run.wait(Duration::from_secs(30));
     assert_eq!(code(&out), 0, "{}", text(&out.stderr));
     assert!(w.path("ran").exists());
+}
+
+/// The connection drill over TLS: the stop lands in the handshake, which some clients time
+/// themselves.
+mod a_tls_handshake_answered_while_lockrun_is_stopped_is_made {
+    use super::*;
+    use crate::support::certs::Certificates;
+    use crate::support::cluster::Members;
+    use crate::support::etcd_cluster::EtcdCluster;
+    use crate::support::single_server::SingleServer;
+
+    #[test]
+    fn on_redis() {
+        let Some(certs) = Certificates::if_openssl() else {
+            return;
+        };
+        let server = RedisServer::with_tls(certs.dir());
+        let proxy = Proxy::start(server.port());
+        let w = Scene::new(format!("rediss://localhost:{}", proxy.port()));
+        let mut lockrun = w.cmd(CONNECTING);
+        lockrun.env("SSL_CERT_FILE", certs.file("ca.crt"));
+        connected_though_stopped(&w, &proxy, &mut lockrun);
+    }
+
+    #[test]
+    fn on_postgres() {
+        if !crate::support::tools::openssl() {
+            return;
+        }
+        let server = PgServer::with_tls();
+        let proxy = Proxy::start(server.port());
+        let w = Scene::new(format!(
+            "{}?sslmode=verify-full&sslrootcert={}",
+            server.url_on(proxy.port()),
+            server.ca_file().display()
+        ));
+        connected_though_stopped(&w, &proxy, &mut w.cmd(CONNECTING));
+    }
+
+    #[test]
+    fn on_etcd() {
+        let Some(certs) = Certificates::if_openssl() else {
+            return;
+        };
+        let cluster = EtcdCluster::single_tls(certs.dir(), false);
+        let proxy = Proxy::start(cluster.client_port(0));
+        let w = Scene::new(format!(
+            "etcd://127.0.0.1:{}?cacert={}",
+            proxy.port(),
+            certs.file("ca.crt").display()
+        ));
+        connected_though_stopped(&w, &proxy, &mut w.cmd(CONNECTING));
+    }
+
+    #[test]
+    fn on_mysql() {
+        let Some(certs) = Certificates::if_openssl() else {
+            return;
+        };
+        let server = MySqlServer::with_tls(certs.dir());
+        let proxy = Proxy::start(server.port());
+        let w = Scene::new(format!(
+            "{}?ssl-mode=VERIFY_IDENTITY&ssl-ca={}",
+            server.url_on(proxy.port()),
+            certs.file("ca.crt").display()
+        ));
+        connected_though_stopped(&w, &proxy, &mut w.cmd(CONNECTING));
+    }
 }
 
 /// `drills!(module, Fixture)`: one `#[test]` per drill, on that backend; `drills!(@on module,
@@ -720,6 +805,15 @@ drills!(@on silence_after_a_late_grant_is_ridden_out, silence_after_a_late_grant
     on_mysql => MySqlServer,
     on_dynamodb => Dynalite,
     on_etcd => Etcd<1>,
+);
+
+// Every backend with passwords.
+drills!(@on a_login_answered_while_lockrun_is_stopped_is_made, stopped_while_logging_in,
+    on_redis => RedisServer,
+    on_postgres => PgServer,
+    on_mysql => MySqlServer,
+    on_etcd => Etcd<1>,
+    on_zookeeper => ZooKeeper<1>,
 );
 
 drills!(on_redis, RedisServer);

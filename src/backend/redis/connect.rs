@@ -253,8 +253,11 @@ impl Link {
         if let Some(connection) = self.slot().clone() {
             return Ok(connection);
         }
+        // No deadline of the client's own: every caller runs inside one of lockrun's
+        // (`answer::within`), which a stopped lockrun does not mistake for a silent server. The
+        // client's timer would fire first after a stop, before the login's answer is read.
         let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(CONNECT_TIMEOUT))
+            .set_connection_timeout(None)
             .set_response_timeout(None);
         let connection = self
             .client
