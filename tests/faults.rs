@@ -14,7 +14,8 @@
 //! - every connection reset (RST) under a holder: ridden through, or stopped early.
 //! - a first try answered while its lockrun is stopped (SIGSTOP) past the try's deadline: the
 //!   answer is read once it is continued, never taken for a silent server (exit 69); the same for
-//!   the first connection, its login (a server with a password) and its TLS handshake.
+//!   the first connection, its login (a server with a password) and its TLS handshake; a server
+//!   that stays silent after the continue gets one more deadline, then lockrun exits 69.
 //!
 //! Every command run here is the same critical section: when it starts it records its token, its
 //! granted TTL and its pid, and checks that no other drill command is still alive (a violation is
@@ -694,6 +695,34 @@ fn connected_though_stopped(w: &Scene, proxy: &Proxy, lockrun: &mut std::process
     assert!(w.path("ran").exists());
 }
 
+/// A lockrun stopped while its first connection waits for the server, which stays silent after
+/// the continue: the server gets one more deadline, counted from then, and lockrun then gives up
+/// as on any silent server (exit 69), without running anything.
+fn stopped_while_the_server_stays_silent<S: Wire>() {
+    let (_fx, w, proxy, via) = rig::<S>();
+    proxy.set_blackhole(Direction::ToClient, true);
+    let mut run = Proc::spawn(&mut w.cmd_via(&via, CONNECTING));
+    assert!(
+        wait_until(SOON, || proxy.accepted() > 0),
+        "lockrun never connected"
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    run.signal(Signal::SIGSTOP);
+    std::thread::sleep(STOPPED_PAST_A_REQUEST);
+    let continued = Instant::now();
+    run.signal(Signal::SIGCONT);
+    let out = run.wait(Duration::from_secs(30));
+    assert_eq!(code(&out), 69, "{}", text(&out.stderr));
+    assert!(!w.path("ran").exists());
+    // Every deadline is 3 s: one given again, not one found spent.
+    assert!(
+        continued.elapsed() >= Duration::from_secs(2),
+        "gave up {:?} after the continue: {}",
+        continued.elapsed(),
+        text(&out.stderr)
+    );
+}
+
 /// The connection drill over TLS: the stop lands in the handshake, which some clients time
 /// themselves.
 mod a_tls_handshake_answered_while_lockrun_is_stopped_is_made {
@@ -776,6 +805,8 @@ macro_rules! drills {
             a_grant_that_arrives_after_its_lease_is_never_used => late_grant,
             a_try_answered_while_lockrun_is_stopped_is_read => stopped_while_its_try_is_answered,
             a_connection_answered_while_lockrun_is_stopped_is_made => stopped_while_connecting,
+            a_server_silent_after_lockrun_was_stopped_gets_one_more_deadline =>
+                stopped_while_the_server_stays_silent,
         );
     };
     (@each $module:ident, $server:ty, $($test:ident => $drill:ident),* $(,)?) => {
