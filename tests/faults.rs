@@ -727,6 +727,8 @@ fn stopped_while_the_server_stays_silent<S: Wire>() {
 /// themselves.
 mod a_tls_handshake_answered_while_lockrun_is_stopped_is_made {
     use super::*;
+    use std::path::Path;
+
     use crate::support::certs::Certificates;
     use crate::support::cluster::Members;
     use crate::support::etcd_cluster::EtcdCluster;
@@ -738,11 +740,12 @@ mod a_tls_handshake_answered_while_lockrun_is_stopped_is_made {
             return;
         };
         let server = RedisServer::with_tls(certs.dir());
-        let proxy = Proxy::start(server.port());
-        let w = Scene::new(format!("rediss://localhost:{}", proxy.port()));
-        let mut lockrun = w.cmd(CONNECTING);
-        lockrun.env("SSL_CERT_FILE", certs.file("ca.crt"));
-        connected_though_stopped(&w, &proxy, &mut lockrun);
+        let ca = certs.file("ca.crt");
+        drill(
+            server.port(),
+            |port| format!("rediss://localhost:{port}"),
+            Some(&ca),
+        );
     }
 
     #[test]
@@ -751,13 +754,12 @@ mod a_tls_handshake_answered_while_lockrun_is_stopped_is_made {
             return;
         }
         let server = PgServer::with_tls();
-        let proxy = Proxy::start(server.port());
-        let w = Scene::new(format!(
-            "{}?sslmode=verify-full&sslrootcert={}",
-            server.url_on(proxy.port()),
-            server.ca_file().display()
-        ));
-        connected_though_stopped(&w, &proxy, &mut w.cmd(CONNECTING));
+        let ca = server.ca_file();
+        let url = |port| {
+            let server = server.url_on(port);
+            format!("{server}?sslmode=verify-full&sslrootcert={}", ca.display())
+        };
+        drill(server.port(), url, None);
     }
 
     #[test]
@@ -766,13 +768,9 @@ mod a_tls_handshake_answered_while_lockrun_is_stopped_is_made {
             return;
         };
         let cluster = EtcdCluster::single_tls(certs.dir(), false);
-        let proxy = Proxy::start(cluster.client_port(0));
-        let w = Scene::new(format!(
-            "etcd://127.0.0.1:{}?cacert={}",
-            proxy.port(),
-            certs.file("ca.crt").display()
-        ));
-        connected_though_stopped(&w, &proxy, &mut w.cmd(CONNECTING));
+        let ca = certs.file("ca.crt");
+        let url = |port| format!("etcd://127.0.0.1:{port}?cacert={}", ca.display());
+        drill(cluster.client_port(0), url, None);
     }
 
     #[test]
@@ -781,13 +779,24 @@ mod a_tls_handshake_answered_while_lockrun_is_stopped_is_made {
             return;
         };
         let server = MySqlServer::with_tls(certs.dir());
-        let proxy = Proxy::start(server.port());
-        let w = Scene::new(format!(
-            "{}?ssl-mode=VERIFY_IDENTITY&ssl-ca={}",
-            server.url_on(proxy.port()),
-            certs.file("ca.crt").display()
-        ));
-        connected_though_stopped(&w, &proxy, &mut w.cmd(CONNECTING));
+        let ca = certs.file("ca.crt");
+        let url = |port| {
+            let server = server.url_on(port);
+            format!("{server}?ssl-mode=VERIFY_IDENTITY&ssl-ca={}", ca.display())
+        };
+        drill(server.port(), url, None);
+    }
+
+    /// The drill through a proxy in front of `port`, with the URL `url` makes for the proxy's
+    /// port; `trusted` is the authority lockrun trusts where the URL cannot name it.
+    fn drill(port: u16, url: impl FnOnce(u16) -> String, trusted: Option<&Path>) {
+        let proxy = Proxy::start(port);
+        let w = Scene::new(url(proxy.port()));
+        let mut lockrun = w.cmd(CONNECTING);
+        if let Some(ca) = trusted {
+            lockrun.env("SSL_CERT_FILE", ca);
+        }
+        connected_though_stopped(&w, &proxy, &mut lockrun);
     }
 }
 
