@@ -36,6 +36,7 @@ macro_rules! conformance {
             failures::a_brief_outage_is_ridden_through,
             failures::a_release_right_after_a_restart_frees_the_name,
             failures::a_frozen_holder_is_overtaken_and_stopped_when_it_wakes,
+            failures::a_holder_frozen_briefly_keeps_its_lease,
             failures::a_command_that_ends_while_lockrun_is_frozen_past_its_lease_is_a_lost_lease,
             failures::forced_release_stops_every_holder_at_once,
             failures::a_command_ending_right_after_a_forced_release_is_a_lost_lease,

@@ -1,6 +1,6 @@
 //! When something breaks under a holder: the holder crashes, the server dies, freezes or falls
-//! silent, the link drops out briefly, the holder itself is frozen past its lease, or an operator
-//! breaks the lock. Networked holders go through the fault proxy, which tells when their lease was
+//! silent, the link drops out briefly, the holder itself is frozen (briefly, or past its lease),
+//! or an operator breaks the lock. Networked holders go through the fault proxy, which tells when their lease was
 //! last confirmed, so "stopped before expiry" is measured from there (see
 //! [`assert_stopped_before_expiry`]).
 
@@ -222,6 +222,34 @@ pub fn a_frozen_holder_is_overtaken_and_stopped_when_it_wakes<F: Fixture>() {
     let status = s.status("vm");
     assert_eq!(status["holders"][0]["token"], fresh.token(), "{status}");
     assert_eq!(code(&fresh.finish()), 0);
+}
+
+/// Guards against a brief pause being taken for a lost lease (invariant 2 stops only a pause
+/// past the lease): a holder whose lockrun and command are frozen for a sixth of the lease, three
+/// times, landing at different points of the renewal cycle (a renewal may be on the wire), keeps
+/// NAME meanwhile and runs its command to the end with its own status, under its first token.
+pub fn a_holder_frozen_briefly_keeps_its_lease<F: Fixture>() {
+    let fx = F::start();
+    let s = Scene::new(fx.url());
+    let ttl = F::ttl().max(Duration::from_secs(6));
+    let asked = format!("{}ms", ttl.as_millis());
+    let cmd = s.holder_cmd(s.url(), "brief", &["--ttl", &asked]);
+    let mut holder = Holder::spawn_in_own_group(cmd, s.dir(), "h").started();
+    let pause = holder.ttl() / 6;
+    for _ in 0..3 {
+        holder.freeze();
+        std::thread::sleep(pause);
+        holder.thaw();
+        std::thread::sleep(holder.ttl() / 5);
+    }
+    // Taken over meanwhile, it would have lost its lease at its next renewal, and its command.
+    assert!(holder.command_alive(), "the command was stopped");
+    let out = s.run(["--name", "brief", "--no-wait", "--", "touch", "ran"]);
+    assert_eq!(code(&out), 75, "{}", text(&out.stderr));
+    assert_eq!(s.status("brief")["holders"][0]["token"], holder.token());
+    let out = holder.finish();
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    assert!(!s.path("ran").exists());
 }
 
 /// Guards against a run whose lockrun (not its command) was frozen past the lease while the
