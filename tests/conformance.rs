@@ -27,6 +27,7 @@ macro_rules! conformance {
             waiting::a_dead_waiter_does_not_block_the_line,
             waiting::a_waiter_that_gives_up_leaves_the_line_at_once,
             waiting::a_frozen_waiters_place_expires_and_is_never_used,
+            waiting::a_waiter_frozen_briefly_keeps_its_place,
             waiting::a_waiter_dying_mid_line_keeps_the_order,
             exclusion::limit_three_with_ten_waiters_keeps_exactly_three,
             failures::a_crashed_holder_frees_the_lock_within_a_ttl,

@@ -1,5 +1,5 @@
 //! Waiting for a held name: trying once, giving up, the order of the line, being woken by a
-//! release, and waiters that die, give up or freeze in line.
+//! release, and waiters that die, give up or freeze in line (briefly, or past their place).
 
 use std::time::{Duration, Instant, SystemTime};
 
@@ -271,6 +271,39 @@ pub fn a_frozen_waiters_place_expires_and_is_never_used<F: Fixture>() {
         token("w.token") > token("x.token"),
         "the thawed waiter ran on its old place"
     );
+}
+
+/// Guards against a waiter that loses its place to a short pause (a VM's brief pause, a live
+/// migration): frozen for a second, well within the time a silent waiter keeps its place (and a
+/// sixth of the lease, at least 6 s, where the place is a session or a lease), it is still in line
+/// and is served before the waiter that came after it.
+pub fn a_waiter_frozen_briefly_keeps_its_place<F: Fixture>() {
+    let fx = F::start();
+    let s = Scene::new(fx.url());
+    let ttl = format!("{}ms", F::ttl().max(Duration::from_secs(6)).as_millis());
+    let mut holder = s.hold("pause", "h", &["--ttl", &ttl]);
+    let mut first = s.waiter("pause", &["--ttl", &ttl], "echo first >> order");
+    s.wait_waiters("pause", 1);
+    let mut second = s.waiter("pause", &["--ttl", &ttl], "echo second >> order");
+    s.wait_waiters("pause", 2);
+    first.signal(Signal::SIGSTOP);
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(
+        s.status("pause")["waiters"],
+        2,
+        "the frozen waiter's place went"
+    );
+    first.signal(Signal::SIGCONT);
+    assert_eq!(code(&holder.finish()), 0);
+    for waiter in [&mut first, &mut second] {
+        let out = waiter.wait(Duration::from_secs(30));
+        assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    }
+    let order = std::fs::read_to_string(s.path("order")).unwrap();
+    match F::FIFO {
+        true => assert_eq!(order, "first\nsecond\n"),
+        false => assert_eq!(order.lines().count(), 2, "{order}"),
+    }
 }
 
 /// Guards against a line that loses its order when a waiter in the middle dies without a word
