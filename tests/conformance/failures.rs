@@ -225,7 +225,7 @@ pub fn a_frozen_holder_is_overtaken_and_stopped_when_it_wakes<F: Fixture>() {
 }
 
 /// Guards against a brief pause being taken for a lost lease (invariant 2 stops only a pause
-/// past the lease): a holder whose lockrun and command are frozen for a sixth of the lease, three
+/// past the lease): a holder whose lockrun and command are frozen for an eighth of the lease, three
 /// times, landing at different points of the renewal cycle (a renewal may be on the wire), keeps
 /// NAME meanwhile and runs its command to the end with its own status, under its first token.
 pub fn a_holder_frozen_briefly_keeps_its_lease<F: Fixture>() {
@@ -235,7 +235,7 @@ pub fn a_holder_frozen_briefly_keeps_its_lease<F: Fixture>() {
     let asked = format!("{}ms", ttl.as_millis());
     let cmd = s.holder_cmd(s.url(), "brief", &["--ttl", &asked]);
     let mut holder = Holder::spawn_in_own_group(cmd, s.dir(), "h").started();
-    let pause = holder.ttl() / 6;
+    let pause = holder.ttl() / 8;
     for _ in 0..3 {
         holder.freeze();
         std::thread::sleep(pause);
