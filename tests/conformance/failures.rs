@@ -1,7 +1,7 @@
 //! When something breaks under a holder: the holder crashes, the server dies, freezes or falls
 //! silent, the link drops out briefly, the holder itself is frozen (briefly, or past its lease),
-//! or an operator breaks the lock. Networked holders go through the fault proxy, which tells when their lease was
-//! last confirmed, so "stopped before expiry" is measured from there (see
+//! or an operator breaks the lock. Networked holders go through the fault proxy, which tells when
+//! their lease was last confirmed, so "stopped before expiry" is measured from there (see
 //! [`assert_stopped_before_expiry`]).
 
 use std::time::{Duration, Instant};
@@ -225,9 +225,10 @@ pub fn a_frozen_holder_is_overtaken_and_stopped_when_it_wakes<F: Fixture>() {
 }
 
 /// Guards against a brief pause being taken for a lost lease (invariant 2 stops only a pause
-/// past the lease): a holder whose lockrun and command are frozen for an eighth of the lease, three
-/// times, landing at different points of the renewal cycle (a renewal may be on the wire), keeps
-/// NAME meanwhile and runs its command to the end with its own status, under its first token.
+/// past the lease): a holder whose lockrun and command are frozen for an eighth of the lease (at
+/// least 6 s), three times, landing at different points of the renewal cycle (a renewal may be on
+/// the wire), keeps NAME meanwhile and runs its command to the end with its own status, under its
+/// first token.
 pub fn a_holder_frozen_briefly_keeps_its_lease<F: Fixture>() {
     let fx = F::start();
     let s = Scene::new(fx.url());
