@@ -25,7 +25,7 @@ use tokio::task::JoinHandle;
 use super::keys::Keys;
 use super::lease::{EtcdLease, grant, keep_alive, lease_id, revoke};
 use super::line;
-use super::link::{Failure, Link, REQUEST_TIMEOUT};
+use super::link::{Link, REQUEST_TIMEOUT};
 use super::plan::{Next, Plan};
 use super::record::Record;
 use super::turn::{Turn, Turned};
@@ -158,22 +158,20 @@ async fn queue(
     let ttl = granted?;
     let joined = match joined {
         // The join overtook the grant: now the lease exists.
-        Err(failure @ Failure::Answered { .. }) if failure.lease_gone() => {
+        Err(failure) if failure.lease_gone() => {
             crate::debug!("the join overtook the grant; joining again");
             line::join(link, keys, lease, &record, depth, request.supersede).await
         }
         other => other,
     };
     let joined = match joined {
-        // The lease just granted is gone already: lockrun stood still past its TTL between the
-        // grant and the join. Joining again with a new lease is all it takes.
-        Err(failure @ Failure::Answered { .. }) if failure.lease_gone() => {
-            return Ok(Outcome::LeaseLost);
-        }
-        other => other,
-    };
-    let Some(joined) = joined? else {
-        return Ok(Outcome::LeaseLost);
+        Ok(Some(joined)) => joined,
+        // The lease is gone: the cluster said so (still, after the join above: lockrun stood
+        // still past its TTL between the grant and the join), or the key is not there. Join
+        // again with a new one.
+        Ok(None) => return Ok(Outcome::LeaseLost),
+        Err(failure) if failure.lease_gone() => return Ok(Outcome::LeaseLost),
+        Err(failure) => return Err(failure.into()),
     };
     let token = joined.token;
     if let Some((ahead, more)) = joined.ahead {
