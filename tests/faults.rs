@@ -261,7 +261,11 @@ fn start(w: &Scene, url: &str, name: &str, tag: &str, args: &[&str]) -> Holder {
 
 /// A fresh server with the proxy in front of it; the scene's own URL stays the direct one.
 fn rig<S: Wire>() -> (S, Scene, Proxy, String) {
-    let fx = S::start();
+    rig_around(S::start())
+}
+
+/// [`rig`] around a server already started (one that wants a password, say).
+fn rig_around<S: Wire>(fx: S) -> (S, Scene, Proxy, String) {
     let w = Scene::new(fx.url());
     fx.warm_up(&w);
     let (proxy, via) = fx.proxied().expect("a networked backend");
@@ -665,9 +669,7 @@ fn stopped_while_connecting<S: Wire>() {
 /// clients time themselves.
 fn stopped_while_logging_in<S: Wire>() {
     let fx = S::with_password("pw").expect("the backend has passwords");
-    let w = Scene::new(fx.url());
-    fx.warm_up(&w);
-    let (proxy, via) = fx.proxied().expect("a networked backend");
+    let (_fx, w, proxy, via) = rig_around(fx);
     connected_though_stopped(&w, &proxy, &mut w.cmd_via(&via, CONNECTING));
 }
 
@@ -677,16 +679,7 @@ const CONNECTING: [&str; 7] = ["--name", "connecting", "--ttl", TTL, "--", "touc
 /// Runs `lockrun` (through `proxy`), stops it while the server's first answer waits in the
 /// proxy, lets the answer go, and continues it past the connection's deadline: it must run.
 fn connected_though_stopped(w: &Scene, proxy: &Proxy, lockrun: &mut std::process::Command) {
-    // The server's answers wait in the proxy until lockrun is stopped.
-    proxy.set_blackhole(Direction::ToClient, true);
-    let mut run = Proc::spawn(lockrun);
-    assert!(
-        wait_until(SOON, || proxy.accepted() > 0),
-        "lockrun never connected"
-    );
-    // Time for what it sends first to be on its way to the server.
-    std::thread::sleep(Duration::from_millis(200));
-    run.signal(Signal::SIGSTOP);
+    let mut run = stopped_awaiting_the_server(proxy, lockrun);
     proxy.set_blackhole(Direction::ToClient, false);
     std::thread::sleep(STOPPED_PAST_A_REQUEST);
     run.signal(Signal::SIGCONT);
@@ -695,19 +688,26 @@ fn connected_though_stopped(w: &Scene, proxy: &Proxy, lockrun: &mut std::process
     assert!(w.path("ran").exists());
 }
 
-/// A lockrun stopped while its first connection waits for the server, which stays silent after
-/// the continue: the server gets one more deadline, counted from then, and lockrun then gives up
-/// as on any silent server (exit 69), without running anything.
-fn stopped_while_the_server_stays_silent<S: Wire>() {
-    let (_fx, w, proxy, via) = rig::<S>();
+/// Starts `lockrun` through `proxy` with the server's answers held back in the proxy, and stops
+/// it once what it sends first is on its way: it waits for an answer it cannot see yet.
+fn stopped_awaiting_the_server(proxy: &Proxy, lockrun: &mut std::process::Command) -> Proc {
     proxy.set_blackhole(Direction::ToClient, true);
-    let mut run = Proc::spawn(&mut w.cmd_via(&via, CONNECTING));
+    let run = Proc::spawn(lockrun);
     assert!(
         wait_until(SOON, || proxy.accepted() > 0),
         "lockrun never connected"
     );
     std::thread::sleep(Duration::from_millis(200));
     run.signal(Signal::SIGSTOP);
+    run
+}
+
+/// A lockrun stopped while its first connection waits for the server, which stays silent after
+/// the continue: the server gets one more deadline, counted from then, and lockrun then gives up
+/// as on any silent server (exit 69), without running anything.
+fn stopped_while_the_server_stays_silent<S: Wire>() {
+    let (_fx, w, proxy, via) = rig::<S>();
+    let mut run = stopped_awaiting_the_server(&proxy, &mut w.cmd_via(&via, CONNECTING));
     std::thread::sleep(STOPPED_PAST_A_REQUEST);
     let continued = Instant::now();
     run.signal(Signal::SIGCONT);
