@@ -12,6 +12,11 @@ mod modes;
 mod runs;
 mod waiting;
 
+/// The shortest lease of the scenarios that pause a holder or a waiter briefly: long enough that
+/// the pause (a fraction of it) leaves a slow test server time to answer the renewal or heartbeat
+/// it held up.
+const BRIEF_PAUSES_LEASE: std::time::Duration = std::time::Duration::from_secs(6);
+
 /// `conformance!(module, Fixture)`: one `#[test]` per scenario, on that fixture.
 macro_rules! conformance {
     ($backend:ident, $fixture:ty) => {

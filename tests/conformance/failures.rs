@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 
+use super::BRIEF_PAUSES_LEASE;
 use crate::support::asserts::{
     assert_one_line, assert_rode_through, assert_said, assert_stopped_before_expiry,
 };
@@ -226,15 +227,14 @@ pub fn a_frozen_holder_is_overtaken_and_stopped_when_it_wakes<F: Fixture>() {
 
 /// Guards against a brief pause being taken for a lost lease (invariant 2 stops only a pause
 /// past the lease): a holder whose lockrun and command are frozen for an eighth of the lease (at
-/// least 6 s), three times, landing at different points of the renewal cycle (a renewal may be on
-/// the wire), keeps NAME meanwhile and runs its command to the end with its own status, under its
-/// first token.
+/// least [`BRIEF_PAUSES_LEASE`]), three times, landing at different points of the renewal cycle
+/// (a renewal may be on the wire), keeps NAME meanwhile and runs its command to the end with its
+/// own status, under its first token.
 pub fn a_holder_frozen_briefly_keeps_its_lease<F: Fixture>() {
     let fx = F::start();
     let s = Scene::new(fx.url());
-    let ttl = F::ttl().max(Duration::from_secs(6));
-    let asked = format!("{}ms", ttl.as_millis());
-    let cmd = s.holder_cmd(s.url(), "brief", &["--ttl", &asked]);
+    let ttl = F::ttl_at_least(BRIEF_PAUSES_LEASE);
+    let cmd = s.holder_cmd(s.url(), "brief", &["--ttl", &ttl]);
     let mut holder = Holder::spawn_in_own_group(cmd, s.dir(), "h").started();
     let pause = holder.ttl() / 8;
     for _ in 0..3 {

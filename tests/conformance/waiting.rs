@@ -5,6 +5,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use nix::sys::signal::Signal;
 
+use super::BRIEF_PAUSES_LEASE;
 use crate::support::asserts::assert_said;
 use crate::support::fixture::Fixture;
 use crate::support::holder::Holder;
@@ -275,12 +276,12 @@ pub fn a_frozen_waiters_place_expires_and_is_never_used<F: Fixture>() {
 
 /// Guards against a waiter that loses its place to a short pause (a VM's brief pause, a live
 /// migration): frozen for a second, well within the time a silent waiter keeps its place (and a
-/// sixth of the lease, at least 6 s, where the place is a session or a lease), it is still in line
-/// and is served before the waiter that came after it.
+/// sixth of the lease, at least [`BRIEF_PAUSES_LEASE`], where the place is a session or a lease),
+/// it is still in line and is served before the waiter that came after it.
 pub fn a_waiter_frozen_briefly_keeps_its_place<F: Fixture>() {
     let fx = F::start();
     let s = Scene::new(fx.url());
-    let ttl = format!("{}ms", F::ttl().max(Duration::from_secs(6)).as_millis());
+    let ttl = F::ttl_at_least(BRIEF_PAUSES_LEASE);
     let mut holder = s.hold("pause", "h", &["--ttl", &ttl]);
     let mut first = s.waiter("pause", &["--ttl", &ttl], "echo first >> order");
     s.wait_waiters("pause", 1);

@@ -67,6 +67,11 @@ pub trait Fixture: Reachable + Sized {
         humantime::parse_duration(Self::TTL).expect("a fixture's TTL is a duration")
     }
 
+    /// A `--ttl` of at least `least`: [`Fixture::TTL`] where that is longer.
+    fn ttl_at_least(least: Duration) -> String {
+        format!("{}ms", Self::ttl().max(least).as_millis())
+    }
+
     /// Starts a fresh backend that no other test uses.
     fn start() -> Self;
 
